@@ -1,0 +1,109 @@
+"""The one settings object over ``settings.JOBS``, read at access time so ``override_settings`` works."""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any
+
+from django.conf import settings
+
+#: Every key of ``settings.JOBS`` with its default. The README documents each one.
+DEFAULTS: dict[str, Any] = {
+    # "queue": push to Redis; "immediate": run inline (at commit inside a transaction);
+    # "capture": record jobs for assertions in tests.
+    "MODE": "queue",
+    # Used by every @job that does not pass retry=.
+    "DEFAULT_RETRY": {"max_attempts": 5, "base": 30.0, "factor": 2.0, "max_delay": 3600.0},
+    # Encoded payloads larger than this raise PayloadError at enqueue.
+    "MAX_PAYLOAD_BYTES": 64 * 1024,
+    # Dotted paths of callables alert(dead_letter) run after a job is dead-lettered.
+    "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins"],
+    # Seconds a running job's lease lives without a heartbeat before another runjobs takes it back.
+    "LEASE_SECONDS": 10,
+    # Seconds between a job's soft timeout (exception in the job) and the hard kill of its process.
+    "TIMEOUT_GRACE": 5,
+    # Seconds runjobs waits for the running jobs to finish after SIGTERM before handing them back.
+    "SHUTDOWN_GRACE": 25,
+    # Seconds an idempotency key is kept; must outlive the longest retry window.
+    "IDEMPOTENCY_RETENTION": 30 * 24 * 3600,
+    # Seconds a finished job's hash stays in Redis; a duplicate push of its id inside this window is a no-op.
+    "FINISHED_TTL": 3600,
+    # Socket timeouts (seconds) for the web side's Redis connections, so a frozen Redis cannot hang requests.
+    "REDIS_SOCKET_TIMEOUT": 2.0,
+    # Seconds between the worker's maintenance passes (promote due jobs, reap leases, relay the outbox).
+    "MAINTENANCE_INTERVAL": 0.25,
+    # "text" or "json": the format of the one log line per job outcome.
+    "LOG_FORMAT": "text",
+}
+
+
+class JobsSettings:
+    """Typed access to ``settings.JOBS``; every read goes back to Django's settings."""
+
+    @staticmethod
+    def get(name: str) -> Any:
+        jobs = getattr(settings, "JOBS", None) or {}
+        return jobs.get(name, DEFAULTS[name]) if isinstance(jobs, dict) else DEFAULTS[name]
+
+    @property
+    def MODE(self) -> str:
+        return str(self.get("MODE"))
+
+    @property
+    def DEFAULT_RETRY(self) -> dict[str, float]:
+        return dict(self.get("DEFAULT_RETRY"))
+
+    @property
+    def MAX_PAYLOAD_BYTES(self) -> int:
+        return int(self.get("MAX_PAYLOAD_BYTES"))
+
+    @property
+    def ALERT_HOOKS(self) -> list[str]:
+        return list(self.get("ALERT_HOOKS"))
+
+    @property
+    def LEASE_SECONDS(self) -> float:
+        return float(self.get("LEASE_SECONDS"))
+
+    @property
+    def TIMEOUT_GRACE(self) -> float:
+        return float(self.get("TIMEOUT_GRACE"))
+
+    @property
+    def SHUTDOWN_GRACE(self) -> float:
+        return float(self.get("SHUTDOWN_GRACE"))
+
+    @property
+    def IDEMPOTENCY_RETENTION(self) -> float:
+        return float(self.get("IDEMPOTENCY_RETENTION"))
+
+    @property
+    def FINISHED_TTL(self) -> int:
+        return int(self.get("FINISHED_TTL"))
+
+    @property
+    def REDIS_SOCKET_TIMEOUT(self) -> float:
+        return float(self.get("REDIS_SOCKET_TIMEOUT"))
+
+    @property
+    def MAINTENANCE_INTERVAL(self) -> float:
+        return float(self.get("MAINTENANCE_INTERVAL"))
+
+    @property
+    def LOG_FORMAT(self) -> str:
+        return str(self.get("LOG_FORMAT"))
+
+    @staticmethod
+    def unknown_keys() -> list[tuple[str, str | None]]:
+        """Keys of ``settings.JOBS`` that mean nothing, each with the closest real key."""
+        given = getattr(settings, "JOBS", None) or {}
+        if not isinstance(given, dict):
+            return []
+        return [
+            (key, next(iter(difflib.get_close_matches(str(key), DEFAULTS, n=1)), None))
+            for key in given
+            if key not in DEFAULTS
+        ]
+
+
+jobs_settings = JobsSettings()

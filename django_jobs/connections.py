@@ -1,0 +1,54 @@
+"""Redis connections for the queues named in django-rq's ``RQ_QUEUES``, read at access time."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from django.conf import settings
+from django_rq.connection_utils import get_redis_connection
+from redis import Redis
+
+from .conf import jobs_settings
+from .exceptions import ConfigurationError
+
+_cache: dict[tuple[str, float | None], Redis] = {}
+_lock = threading.Lock()
+
+
+def queue_configs() -> dict[str, dict[str, Any]]:
+    queues = getattr(settings, "RQ_QUEUES", None)
+    return queues if isinstance(queues, dict) else {}
+
+
+def queue_config(queue: str) -> dict[str, Any]:
+    try:
+        return queue_configs()[queue]
+    except KeyError:
+        raise ConfigurationError(
+            f"Queue {queue!r} is not in settings.RQ_QUEUES (known: {sorted(queue_configs()) or 'none'})."
+        ) from None
+
+
+def connection_identity(queue: str) -> str:
+    """Queues with the same identity share one Redis connection (and one runjobs can serve them)."""
+    config = queue_config(queue)
+    return json.dumps({k: v for k, v in config.items() if k not in ("DEFAULT_TIMEOUT", "SERIALIZER", "ASYNC")},
+                      sort_keys=True, default=str)
+
+
+def get_connection(queue: str, socket_timeout: float | None = None) -> Redis:
+    """A cached client for ``queue``. The web side passes no timeout and gets JOBS' short one."""
+    timeout = jobs_settings.REDIS_SOCKET_TIMEOUT if socket_timeout is None else socket_timeout
+    key = (connection_identity(queue), timeout)
+    with _lock:
+        client = _cache.get(key)
+        if client is None:
+            client = get_redis_connection(queue_config(queue))
+            kwargs = client.connection_pool.connection_kwargs
+            kwargs["socket_timeout"] = timeout
+            kwargs["socket_connect_timeout"] = min(timeout, 5.0)
+            kwargs["health_check_interval"] = 30
+            _cache[key] = client
+        return client

@@ -1,0 +1,216 @@
+"""Transaction-aware, durable enqueue.
+
+* Outside a transaction a job is pushed to Redis at once; only if that push fails is it
+  written to the outbox, for the relay in ``runjobs`` to deliver.
+* Inside one, it is written to the outbox in that same transaction. On commit the rows that
+  survived (a rolled-back savepoint takes its rows with it) are pushed in one pipeline; on
+  rollback nothing exists to push. Delivered rows are pruned later by the relay, in bulk, so a
+  request pays no second commit.
+* Pushing is idempotent: a job whose hash already exists in Redis is not pushed again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from redis.exceptions import RedisError
+
+from . import payload
+from .conf import jobs_settings
+from .connections import get_connection, queue_config
+from .exceptions import TransactionAmbiguous
+from .models import OutboxEntry
+from .store import Store, rq_timestamp
+
+if TYPE_CHECKING:
+    from .registry import Job
+
+logger = logging.getLogger("django_jobs.enqueue")
+
+Call = tuple[Sequence[Any], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """What enqueue returns: enough to find the job again."""
+
+    id: str
+    name: str
+    queue: str
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One job ready to push: the same data whether it comes from a call or an outbox row."""
+
+    id: str
+    name: str
+    queue: str
+    data: str
+    timeout: int
+    due: float
+    created_at: dt.datetime
+
+    def fields(self) -> dict[str, Any]:
+        stamp = rq_timestamp(self.created_at)
+        return {
+            "data": self.data,
+            "created_at": stamp,
+            "enqueued_at": stamp,
+            "status": "queued",
+            "origin": self.queue,
+            "description": self.name,
+            "timeout": self.timeout,
+            "dj_attempt": 0,
+        }
+
+    def row(self) -> OutboxEntry:
+        return OutboxEntry(
+            id=self.id, job_name=self.name, queue=self.queue, data=self.data,
+            timeout=self.timeout, due=self.due, created_at=self.created_at,
+        )  # fmt: skip
+
+    @classmethod
+    def from_row(cls, row: OutboxEntry) -> Envelope:
+        return cls(row.id, row.job_name, row.queue, row.data, row.timeout, row.due, row.created_at)
+
+
+def build(name: str, queue: str, timeout: float, args: list[Any], kwargs: dict[str, Any], delay: float = 0) -> Envelope:
+    """An envelope for already-encoded arguments (dead-letter requeues come through here too)."""
+    queue_config(queue)  # an unknown queue fails at the first enqueue, not at import
+    data = payload.dumps(name, args, kwargs, jobs_settings.MAX_PAYLOAD_BYTES).decode()
+    due = time.time() + delay if delay > 0 else 0.0
+    now = dt.datetime.now(dt.UTC)
+    return Envelope(uuid.uuid4().hex, name, queue, data, math.ceil(timeout), due, now)
+
+
+def push(envelopes: Sequence[Envelope]) -> set[str]:
+    """Push envelopes to Redis, grouped by connection; returns the ids that were already there."""
+    seen: set[str] = set()
+    by_queue: dict[str, list[Envelope]] = {}
+    for envelope in envelopes:
+        by_queue.setdefault(envelope.queue, []).append(envelope)
+    for queue, group in by_queue.items():
+        store = Store(get_connection(queue))
+        seen |= store.push((e.id, e.queue, e.due, e.fields()) for e in group)
+    return seen
+
+
+# --- transactions -------------------------------------------------------------------------------
+
+
+def _in_transaction(alias: str) -> bool:
+    """True inside a real transaction: an atomic block not opened by Django's TestCase, or autocommit off."""
+    conn = connections[alias]
+    if conn.connection is not None and not conn.autocommit and not conn.in_atomic_block:
+        return True
+    return any(not getattr(block, "_from_testcase", False) for block in getattr(conn, "atomic_blocks", []))
+
+
+def transaction_alias(using: str | None) -> str | None:
+    """The alias whose commit the job must wait for, or None to push now."""
+    if using is not None:
+        return using if _in_transaction(using) else None
+    # Only connections already opened in this thread can be inside a transaction.
+    active = [conn.alias for conn in connections.all(initialized_only=True) if _in_transaction(conn.alias)]
+    if len(active) > 1:
+        raise TransactionAmbiguous(
+            f"Databases {', '.join(sorted(active))} are all inside a transaction; "
+            "call job.using('<alias>').enqueue(...) so the job waits for the right commit."
+        )
+    return active[0] if active else None
+
+
+class _Pending(threading.local):
+    """Per thread and alias, the envelopes written to the outbox and not yet flushed."""
+
+    def __init__(self) -> None:
+        self.by_alias: dict[str, dict[str, Envelope]] = {}
+
+
+_pending = _Pending()
+
+
+def _flush(alias: str, job_id: str) -> None:
+    """After commit: push every envelope of this alias whose outbox row survived, in one go.
+
+    Each enqueue registers this callback; the first survivor to run pushes them all and the
+    rest find their id gone. A rolled-back savepoint drops both its rows and its callbacks.
+    """
+    pending = _pending.by_alias.get(alias, {})
+    if job_id not in pending:
+        return
+    candidates = dict(pending)
+    pending.clear()
+    ids = list(candidates)
+    survivors: set[str] = set()
+    for start in range(0, len(ids), 900):
+        chunk = ids[start : start + 900]
+        survivors.update(OutboxEntry.objects.using(alias).filter(id__in=chunk).values_list("id", flat=True))
+    envelopes = [candidates[i] for i in ids if i in survivors]
+    try:
+        push(envelopes)
+    except RedisError:
+        logger.warning(
+            "Redis is unreachable after commit; %d job(s) stay in the outbox for the runjobs relay.",
+            len(envelopes), exc_info=True,
+        )  # fmt: skip
+
+
+def _write_outbox(alias: str, envelopes: list[Envelope]) -> None:
+    OutboxEntry.objects.using(alias).bulk_create([e.row() for e in envelopes])
+    conn = connections[alias]
+    if conn.in_atomic_block:
+        pending = _pending.by_alias.setdefault(alias, {})
+        for envelope in envelopes:
+            pending[envelope.id] = envelope
+        transaction.on_commit(lambda: _flush(alias, envelopes[0].id), using=alias)
+    # With autocommit off and no atomic block Django has no on-commit hook: the relay delivers.
+
+
+def _push_or_store(envelopes: list[Envelope], alias: str) -> None:
+    try:
+        push(envelopes)
+    except RedisError:
+        logger.warning("Redis is unreachable; %d job(s) go to the outbox.", len(envelopes), exc_info=True)
+        OutboxEntry.objects.using(alias).bulk_create([e.row() for e in envelopes])
+
+
+# --- entry point --------------------------------------------------------------------------------
+
+
+def enqueue_calls(definition: Job[Any, Any], calls: list[Call], *, using: str | None = None,
+                  delay: float = 0) -> list[JobHandle]:  # fmt: skip
+    """Encode, then deliver according to ``JOBS["MODE"]`` and the current transaction."""
+    envelopes = []
+    for args, kwargs in calls:
+        encoded_args, encoded_kwargs = payload.encode(args, kwargs)
+        envelopes.append(build(definition.name, definition.queue, definition.timeout, encoded_args,
+                               encoded_kwargs, delay))  # fmt: skip
+    deliver(envelopes, using=using)
+    return [JobHandle(e.id, e.name, e.queue) for e in envelopes]
+
+
+def deliver(envelopes: list[Envelope], *, using: str | None = None) -> None:
+    """Send built envelopes on their way: to Redis, the outbox, or the test-mode handlers."""
+    if not envelopes:
+        return
+    mode = jobs_settings.MODE
+    alias = transaction_alias(using)
+    if mode != "queue":
+        from . import testing
+
+        testing.handle(mode, envelopes, alias)
+    elif alias is None:
+        _push_or_store(envelopes, using or DEFAULT_DB_ALIAS)
+    else:
+        _write_outbox(alias, envelopes)

@@ -1,0 +1,218 @@
+"""One attempt of one job: decode, look up by name, run under a timeout, and settle the outcome."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import enum
+import json
+import logging
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections, reset_queries
+from django.conf import settings
+
+from . import deadletter, metrics, payload, registry
+from .exceptions import JobNotFound, JobTimeout, PayloadError, WorkerLost
+from .models import DeadLetter
+from .policy import Verdict, classify
+from .signals import job_failed, job_retrying, job_started, job_succeeded
+from .store import Claimed, Store
+
+logger = logging.getLogger("django_jobs.worker")
+
+
+class Outcome(enum.StrEnum):
+    """How one attempt ended; the ``outcome`` label of the job counter."""
+
+    SUCCESS = "success"
+    RETRY = "retry"
+    DEAD = "dead"
+    TIMEOUT = "timeout"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A failed attempt, however it failed: an exception in the job, a hard kill, a dead worker."""
+
+    exception: str
+    message: str
+    traceback: str
+    verdict: Verdict
+    reason: str
+    cause: BaseException | None = None
+
+
+def _exc_path(exc: BaseException) -> str:
+    cls = type(exc)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, Any] | None) -> Failed:
+    text = "".join(traceback.format_exception(exc))
+    if definition is None:
+        reason = DeadLetter.Reason.UNREGISTERED if isinstance(exc, JobNotFound) else DeadLetter.Reason.UNDECODABLE
+        return Failed(_exc_path(exc), str(exc), text, Verdict.DEAD, reason, exc)
+    verdict = classify(exc, attempt=claimed.attempt, policy=definition.policy, permanent=definition.permanent)
+    exhausted = claimed.attempt >= definition.policy.max_attempts
+    reason = DeadLetter.Reason.WORKER_LOST if isinstance(exc, WorkerLost) and exhausted else (
+        DeadLetter.Reason.EXHAUSTED if exhausted else DeadLetter.Reason.PERMANENT)  # fmt: skip
+    return Failed(_exc_path(exc), str(exc), text, verdict, reason, exc)
+
+
+def _history(claimed: Claimed, failed: Failed) -> list[dict[str, Any]]:
+    try:
+        history = json.loads(claimed.fields.get("dj_history", b"[]"))
+        history = history if isinstance(history, list) else []
+    except ValueError:
+        history = []
+    entry = {"attempt": claimed.attempt, "at": dt.datetime.now(dt.UTC).isoformat(),
+             "exception": failed.exception, "message": failed.message[:500]}  # fmt: skip
+    return [*history, entry][-25:]
+
+
+def settle_failure(store: Store, claimed: Claimed, exc: BaseException, *, lost: bool = False) -> Outcome:
+    """Retry with backoff or dead-letter. ``lost``: the lease already moved to LOST (worker died)."""
+    try:
+        definition: registry.Job[Any, Any] | None = registry.get(payload.loads(claimed.fields.get("data", b""))[0])
+    except (JobNotFound, PayloadError):
+        definition = None
+    failed = _judge(exc, claimed, definition)
+    history = _history(claimed, failed)
+    fields = {"dj_history": json.dumps(history), "exc_info": failed.traceback[-20_000:],
+              "dj_reason": failed.reason, "dj_exception": failed.exception, "dj_message": failed.message[:2000]}
+    name = definition.name if definition else "(unknown)"
+    if failed.verdict is Verdict.RETRY and definition is not None:
+        # A lost worker's job goes straight back: the crash was not the job's failure to back off from.
+        delay = 0.0 if isinstance(exc, WorkerLost) else definition.policy.delay(claimed.attempt)
+        settled = (store.settle_lost(claimed.token, claimed.queue, retry=True, fields=fields) if lost
+                   else store.fail(claimed.token, claimed.queue, delay=delay, fields=fields))  # fmt: skip
+        if settled:
+            job_retrying.send(sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt,
+                              delay=delay)  # fmt: skip
+        outcome = Outcome.LOST if lost else Outcome.TIMEOUT if isinstance(exc, JobTimeout) else Outcome.RETRY
+    else:
+        settled = (store.settle_lost(claimed.token, claimed.queue, retry=False, fields=fields) if lost
+                   else store.fail(claimed.token, claimed.queue, delay=None, fields=fields))  # fmt: skip
+        if settled:
+            failure = deadletter.Failure(claimed.id, claimed.queue, failed.reason, failed.exception,
+                                         failed.message, failed.traceback, history)  # fmt: skip
+            with contextlib.suppress(Exception):  # a DB outage: the job waits in "dying" for the supervisor
+                deadletter.bury(store, failure, claimed.fields)
+        outcome = Outcome.DEAD
+    if not settled:
+        logger.warning("Job %s %s: attempt %d was fenced off; another attempt owns it now.",
+                       name, claimed.id, claimed.attempt)  # fmt: skip
+    return outcome
+
+
+@contextlib.contextmanager
+def soft_timeout(seconds: float) -> Iterator[None]:
+    """Raise JobTimeout inside the job after ``seconds``; the supervisor's hard kill backs it up."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise JobTimeout(f"Job ran longer than its timeout of {seconds:g} s.")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def db_hygiene() -> None:
+    """Between jobs: drop broken or expired connections and a leaked transaction, keep healthy ones.
+
+    Unlike ``close_old_connections``, a ``CONN_MAX_AGE=0`` connection is kept while usable, so a
+    worker does not reconnect for every job.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None:
+            continue
+        if conn.in_atomic_block or not conn.get_autocommit():
+            conn.close()
+        elif conn.errors_occurred and not conn.is_usable():
+            conn.close()
+        elif conn.settings_dict["CONN_MAX_AGE"] and conn.close_at is not None and time.monotonic() >= conn.close_at:
+            conn.close()
+        conn.errors_occurred = False
+    if settings.DEBUG:
+        reset_queries()
+
+
+_LEVELS = {Outcome.SUCCESS: logging.INFO, Outcome.DEAD: logging.ERROR}
+
+
+def log_outcome(outcome: Outcome, name: str, claimed: Claimed, duration: float,
+                exc: BaseException | None = None) -> None:  # fmt: skip
+    """The one line per job outcome; failures carry ``exc_info`` for error trackers."""
+    logger.log(
+        _LEVELS.get(outcome, logging.WARNING),
+        "job=%s id=%s queue=%s attempt=%d outcome=%s duration=%.4f",
+        name, claimed.id, claimed.queue, claimed.attempt, outcome.value, duration,
+        extra={"job": name, "job_id": claimed.id, "queue": claimed.queue, "attempt": claimed.attempt,
+               "outcome": outcome.value, "duration": duration},
+        exc_info=exc,
+    )  # fmt: skip
+
+
+def queue_wait(claimed: Claimed) -> float | None:
+    try:
+        enqueued = dt.datetime.strptime(claimed.fields["enqueued_at"].decode(), "%Y-%m-%dT%H:%M:%S.%fZ")
+    except (KeyError, ValueError, UnicodeDecodeError):
+        return None
+    return max((dt.datetime.now(dt.UTC).replace(tzinfo=None) - enqueued).total_seconds(), 0.0)
+
+
+def run(store: Store, claimed: Claimed, on_start: Callable[[float], None] | None = None) -> Outcome:
+    """Run one claimed attempt. Failures are settled here; a success is left for the caller to
+    complete (it batches the completion with its next claim). ``on_start(timeout)`` runs just
+    before the job's code, so a supervisor can arm its hard timeout."""
+    started = time.perf_counter()
+    name = "(unknown)"
+    try:
+        name, args, kwargs = payload.loads(claimed.fields.get("data", b""))
+        definition = registry.get(name)
+    except (PayloadError, JobNotFound) as exc:
+        outcome = settle_failure(store, claimed, exc)
+        metrics.settled(name, claimed.queue, outcome.value)
+        log_outcome(outcome, name, claimed, 0.0, exc)
+        return outcome
+    timeout = definition.timeout
+    if on_start is not None:
+        on_start(timeout)
+    job_started.send(sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt)
+    metrics.started(name, claimed.queue, queue_wait(claimed))
+    db_hygiene()
+    try:
+        with soft_timeout(timeout):
+            definition.func(*args, **kwargs)
+    except Exception as exc:
+        duration = time.perf_counter() - started
+        error: BaseException | None = exc
+        job_failed.send(sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt,
+                        duration=duration, exception=exc)  # fmt: skip
+        outcome = settle_failure(store, claimed, exc)
+    else:
+        duration = time.perf_counter() - started
+        job_succeeded.send(sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt,
+                           duration=duration)  # fmt: skip
+        outcome, error = Outcome.SUCCESS, None
+    finally:
+        db_hygiene()
+    metrics.finished(name, claimed.queue, outcome.value, duration)
+    log_outcome(outcome, name, claimed, duration, error)
+    return outcome
+

@@ -1,0 +1,193 @@
+"""``@job`` and the registry the worker looks jobs up in by their stable name.
+
+The worker never imports a dotted path read from Redis: a job runs only if a
+``@job`` registered its name (or one of its ``aliases``) in this process.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+
+from .conf import jobs_settings
+from .exceptions import JobNotFound
+from .policy import RetryPolicy
+
+if TYPE_CHECKING:
+    from .enqueue import JobHandle
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_registry: dict[str, Job[Any, Any]] = {}
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True, eq=False)
+class Job(Generic[P, R]):
+    """A registered job: the function plus everything the worker needs to run it safely."""
+
+    func: Callable[P, R]
+    name: str
+    queue: str
+    timeout: float
+    retry: RetryPolicy | None = None
+    permanent: tuple[type[BaseException], ...] = ()
+    aliases: tuple[str, ...] = field(default=())
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """A plain call runs the function inline, as if it were not a job."""
+        return self.func(*args, **kwargs)
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """This job's retry policy, or ``JOBS["DEFAULT_RETRY"]`` read now."""
+        return self.retry or RetryPolicy(**jobs_settings.DEFAULT_RETRY)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Queue one run; inside a transaction it reaches Redis only if the transaction commits."""
+        from .enqueue import enqueue_calls
+
+        return enqueue_calls(self, [(args, kwargs)])[0]
+
+    def enqueue_in(self, delay: float | dt.timedelta, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Queue one run to start after ``delay`` (seconds or a timedelta)."""
+        from .enqueue import enqueue_calls
+
+        seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else float(delay)
+        return enqueue_calls(self, [(args, kwargs)], delay=seconds)[0]
+
+    def enqueue_many(
+        self, calls: Iterable[Sequence[Any] | Mapping[str, Any]], *, using: str | None = None
+    ) -> list[JobHandle]:
+        """Queue many runs in one Redis round trip. Each call is a tuple of args or a dict of kwargs."""
+        from .enqueue import enqueue_calls
+
+        pairs = [((), dict(c)) if isinstance(c, Mapping) else (tuple(c), {}) for c in calls]
+        return enqueue_calls(self, pairs, using=using)
+
+    def using(self, database: str) -> BoundJob[P, R]:
+        """Wait for the commit of ``database`` rather than guessing which transaction matters."""
+        return BoundJob(self, database)
+
+
+@dataclass(frozen=True)
+class BoundJob(Generic[P, R]):
+    """A job tied to one database alias's transaction."""
+
+    job: Job[P, R]
+    database: str
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        from .enqueue import enqueue_calls
+
+        return enqueue_calls(self.job, [(args, kwargs)], using=self.database)[0]
+
+
+def _check_timeout(name: str, timeout: object) -> float:
+    if timeout is None:
+        raise ValueError(
+            f"@job {name!r} needs timeout= (seconds): every job must have a finite timeout, "
+            "set a little above its p99 run time."
+        )
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not math.isfinite(timeout):
+        raise ValueError(f"@job {name!r}: timeout must be a finite number of seconds, got {timeout!r}.")
+    if timeout <= 0:
+        raise ValueError(f"@job {name!r}: timeout must be positive, got {timeout!r}.")
+    return float(timeout)
+
+
+def _check_permanent(name: str, permanent: object) -> tuple[type[BaseException], ...]:
+    items = permanent if isinstance(permanent, tuple | list) else (permanent,)
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, BaseException)):
+            raise ValueError(f"@job {name!r}: permanent= takes exception classes, got {item!r}.")
+    return tuple(items)  # type: ignore[arg-type]
+
+
+def _register(definition: Job[Any, Any]) -> None:
+    with _lock:
+        for key in (definition.name, *definition.aliases):
+            current = _registry.get(key)
+            same = current is not None and (
+                current.func.__module__,
+                current.func.__qualname__,
+            ) == (definition.func.__module__, definition.func.__qualname__)
+            if current is not None and not same:
+                raise ValueError(
+                    f"Job name {key!r} is already taken by {current.func.__module__}.{current.func.__qualname__}; "
+                    "pass a different name= or alias."
+                )
+        for key in (definition.name, *definition.aliases):
+            _registry[key] = definition
+
+
+@overload
+def job(func: Callable[P, R], /) -> Job[P, R]: ...
+
+
+@overload
+def job(
+    *,
+    timeout: float,
+    name: str | None = None,
+    queue: str = "default",
+    retry: RetryPolicy | None = None,
+    permanent: tuple[type[BaseException], ...] | type[BaseException] = (),
+    aliases: Sequence[str] = (),
+) -> Callable[[Callable[P, R]], Job[P, R]]: ...
+
+
+def job(
+    func: Callable[P, R] | None = None,
+    /,
+    *,
+    timeout: float | None = None,
+    name: str | None = None,
+    queue: str = "default",
+    retry: RetryPolicy | None = None,
+    permanent: tuple[type[BaseException], ...] | type[BaseException] = (),
+    aliases: Sequence[str] = (),
+) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
+    """Register a function as a job. ``timeout`` is required; ``retry`` defaults to ``JOBS["DEFAULT_RETRY"]``.
+
+    Problems that do not depend on settings raise ``ValueError`` here, at import; an unknown
+    queue is reported by ``manage.py check`` and at the first enqueue.
+    """
+
+    def decorate(fn: Callable[P, R]) -> Job[P, R]:
+        job_name = name or f"{fn.__module__}.{fn.__qualname__}"
+        if not isinstance(queue, str) or not queue:
+            raise ValueError(f"@job {job_name!r}: queue must be a non-empty string, got {queue!r}.")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ValueError(f"@job {job_name!r}: retry= takes a RetryPolicy, got {retry!r}.")
+        definition = Job(
+            func=fn,
+            name=job_name,
+            queue=queue,
+            timeout=_check_timeout(job_name, timeout),
+            retry=retry,
+            permanent=_check_permanent(job_name, permanent),
+            aliases=tuple(aliases),
+        )
+        _register(definition)
+        return definition
+
+    return decorate(func) if func is not None else decorate
+
+
+def get(name: str) -> Job[Any, Any]:
+    """The job registered under ``name`` or one of its aliases."""
+    try:
+        return _registry[name]
+    except KeyError:
+        raise JobNotFound(f"No job is registered under the name {name!r}; it will not be run.") from None
+
+
+def all_jobs() -> list[Job[Any, Any]]:
+    """Each registered job once (aliases fold into their job)."""
+    return list({id(d): d for d in _registry.values()}.values())

@@ -1,0 +1,18 @@
+"""Signals for each step of a job's life, so error trackers and metrics can hook the custom worker."""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+#: sender=job name; kwargs: job_id, queue.
+job_enqueued = Signal()
+#: sender=job name; kwargs: job_id, queue, attempt.
+job_started = Signal()
+#: sender=job name; kwargs: job_id, queue, attempt, duration.
+job_succeeded = Signal()
+#: sender=job name; kwargs: job_id, queue, attempt, duration, exception (the exception instance).
+job_failed = Signal()
+#: sender=job name; kwargs: job_id, queue, attempt, delay (seconds until the next attempt).
+job_retrying = Signal()
+#: sender=job name; kwargs: dead_letter (the DeadLetter row).
+job_dead_lettered = Signal()

@@ -1,0 +1,377 @@
+"""The Redis layout, and the Lua scripts that move a job between states in one atomic step.
+
+Jobs live where RQ keeps them, so ``rq info`` and the django-rq views read them:
+
+* ``rq:job:<id>``        the job hash (``data`` is JSON shaped like RQ's JSONSerializer output);
+* ``rq:queue:<q>``       the FIFO list of ready job ids; ``rq:queues`` the set of queue keys;
+* ``rq:scheduled:<q>``   due time -> job id, for retries and delayed jobs;
+* ``rq:wip:<q>``         RQ's started registry, scored ``+inf`` so RQ's own cleanup never reaps our jobs.
+
+django_jobs adds what RQ lacks:
+
+* ``djjobs:leases``      ``<id>:<token>`` scored by lease expiry (Redis server time). The token
+  fences a stale attempt: once its lease is gone, its completion is refused.
+* ``djjobs:lost``        attempts whose worker died; the supervisor decides retry or dead letter.
+* ``djjobs:dying``       jobs being dead-lettered; they leave only once the database row exists.
+* ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
+
+Every transition is one script, so a process killed at any instant leaves each job in exactly one
+of these structures, never in none.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+from redis.commands.core import Script
+
+JOB_PREFIX = "rq:job:"
+QUEUES_SET = "rq:queues"
+LEASES = "djjobs:leases"
+LOST = "djjobs:lost"
+DYING = "djjobs:dying"
+
+
+def queue_key(queue: str) -> str:
+    return f"rq:queue:{queue}"
+
+
+def scheduled_key(queue: str) -> str:
+    return f"rq:scheduled:{queue}"
+
+
+def wip_key(queue: str) -> str:
+    return f"rq:wip:{queue}"
+
+
+def wake_key(queue: str) -> str:
+    return f"djjobs:wake:{queue}"
+
+
+def job_key(job_id: str) -> str:
+    return JOB_PREFIX + job_id
+
+
+def rq_timestamp(when: dt.datetime) -> str:
+    """RQ's own timestamp format, so its tools parse our fields."""
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def split_token(token: str) -> str:
+    """The job id inside a lease token ``<id>:<nonce>``."""
+    return token.rpartition(":")[0]
+
+
+_NOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+"""
+
+# ARGV[1]: JSON list of [id, queue, due (0 = now), [field, value, ...]]; ARGV[2]: wake list cap.
+# Returns the ids that were already in Redis: a second push of the same id is a no-op.
+_PUSH = """
+local jobs = cjson.decode(ARGV[1])
+local seen = {}
+local queues = {}
+for _, j in ipairs(jobs) do
+  local key = 'rq:job:' .. j[1]
+  if redis.call('EXISTS', key) == 1 then
+    table.insert(seen, j[1])
+  else
+    redis.call('HSET', key, unpack(j[4]))
+    if tonumber(j[3]) > 0 then
+      redis.call('HSET', key, 'status', 'scheduled')
+      redis.call('ZADD', 'rq:scheduled:' .. j[2], j[3], j[1])
+    else
+      redis.call('RPUSH', 'rq:queue:' .. j[2], j[1])
+      queues[j[2]] = (queues[j[2]] or 0) + 1
+    end
+  end
+end
+for q, n in pairs(queues) do
+  redis.call('SADD', 'rq:queues', 'rq:queue:' .. q)
+  local tokens = {}
+  for i = 1, math.min(n, tonumber(ARGV[2])) do tokens[i] = '1' end
+  redis.call('RPUSH', 'djjobs:wake:' .. q, unpack(tokens))
+  redis.call('LTRIM', 'djjobs:wake:' .. q, 0, tonumber(ARGV[2]) - 1)
+end
+return seen
+"""
+
+# Finish the previous job (ARGV[1] token, ARGV[2] its queue, ARGV[3] ended_at, ARGV[4] finished ttl),
+# then claim the next one from the queues KEYS (in priority order).
+# ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce.
+# The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
+# Nothing after the LPOP may raise: a script error would leave the popped id nowhere.
+# Returns {finished_ok, queue, id, token, fields} (fields as they were before the claim) or {finished_ok}.
+_COMPLETE_AND_CLAIM = (
+    _NOW
+    + """
+local finished = 0
+if ARGV[1] ~= '' then
+  if redis.call('ZREM', 'djjobs:leases', ARGV[1]) == 1 then
+    finished = 1
+    local id = string.match(ARGV[1], '^(.*):[^:]*$')
+    redis.call('ZREM', 'rq:wip:' .. ARGV[2], ARGV[1])
+    redis.call('HSET', 'rq:job:' .. id, 'status', 'finished', 'ended_at', ARGV[3])
+    redis.call('EXPIRE', 'rq:job:' .. id, ARGV[4])
+  end
+end
+for _, queue in ipairs(KEYS) do
+  local id = redis.call('LPOP', 'rq:queue:' .. queue)
+  while id do
+    local key = 'rq:job:' .. id
+    local fields = redis.pcall('HGETALL', key)
+    if fields.err then
+      -- not a hash at all: a poison entry, dead-lettered from its raw bytes
+      redis.call('ZADD', 'djjobs:dying', now, id)
+    elseif #fields > 0 then
+      local token = id .. ':' .. ARGV[8]
+      local attempt = 0
+      for i = 1, #fields, 2 do
+        if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0 end
+      end
+      redis.call('HSET', key, 'status', 'started', 'started_at', ARGV[7], 'worker_name', ARGV[5],
+                 'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
+      redis.call('ZADD', 'djjobs:leases', now + tonumber(ARGV[6]), token)
+      redis.call('ZADD', 'rq:wip:' .. queue, '+inf', token)
+      return {finished, queue, id, token, fields}
+    end
+    id = redis.call('LPOP', 'rq:queue:' .. queue)
+  end
+end
+return {finished}
+"""
+)
+
+# Fenced failure of one attempt. ARGV: token, queue, delay seconds (retry) or -1 (dead),
+# then field/value pairs to write on the job hash. A dead job moves to DYING until its row is written.
+_FAIL = (
+    _NOW
+    + """
+if redis.call('ZREM', 'djjobs:leases', ARGV[1]) == 0 then return 0 end
+local id = string.match(ARGV[1], '^(.*):[^:]*$')
+local key = 'rq:job:' .. id
+redis.call('ZREM', 'rq:wip:' .. ARGV[2], ARGV[1])
+if #ARGV > 3 then redis.call('HSET', key, unpack(ARGV, 4)) end
+if tonumber(ARGV[3]) >= 0 then
+  redis.call('HSET', key, 'status', 'scheduled')
+  redis.call('ZADD', 'rq:scheduled:' .. ARGV[2], now + tonumber(ARGV[3]), id)
+else
+  redis.call('HSET', key, 'status', 'failed')
+  redis.call('ZADD', 'djjobs:dying', now, id)
+end
+return 1
+"""
+)
+
+# Hand a running job back untouched (shutdown): no attempt is spent. ARGV: token, queue.
+_RELEASE = """
+if redis.call('ZREM', 'djjobs:leases', ARGV[1]) == 0 then return 0 end
+local id = string.match(ARGV[1], '^(.*):[^:]*$')
+redis.call('ZREM', 'rq:wip:' .. ARGV[2], ARGV[1])
+redis.call('LPUSH', 'rq:queue:' .. ARGV[2], id)
+local attempt = tonumber(redis.call('HGET', 'rq:job:' .. id, 'dj_attempt')) or 1
+redis.call('HSET', 'rq:job:' .. id, 'status', 'queued', 'dj_attempt', math.max(attempt - 1, 0))
+redis.call('RPUSH', 'djjobs:wake:' .. ARGV[2], 1)
+return 1
+"""
+
+# Extend the leases of running jobs. ARGV[1] lease seconds, ARGV[2..] tokens. XX: never resurrect.
+_HEARTBEAT = (
+    _NOW
+    + """
+for i = 2, #ARGV do
+  redis.call('ZADD', 'djjobs:leases', 'XX', now + tonumber(ARGV[1]), ARGV[i])
+end
+return #ARGV - 1
+"""
+)
+
+# Move expired leases to LOST (worker died), and due scheduled jobs to their queues.
+# KEYS: queue names. ARGV[1]: batch size. Returns {lost tokens moved, jobs promoted}.
+_MAINTAIN = (
+    _NOW
+    + """
+local lost = 0
+for _, token in ipairs(redis.call('ZRANGEBYSCORE', 'djjobs:leases', '-inf', now, 'LIMIT', 0, ARGV[1])) do
+  redis.call('ZREM', 'djjobs:leases', token)
+  redis.call('ZADD', 'djjobs:lost', now, token)
+  lost = lost + 1
+end
+local promoted = 0
+for _, queue in ipairs(KEYS) do
+  local sched = 'rq:scheduled:' .. queue
+  local due = redis.call('ZRANGEBYSCORE', sched, '-inf', now, 'LIMIT', 0, ARGV[1])
+  if #due > 0 then
+    for _, id in ipairs(due) do
+      redis.call('HSET', 'rq:job:' .. id, 'status', 'queued')
+      redis.call('RPUSH', 'rq:queue:' .. queue, id)
+    end
+    redis.call('ZREM', sched, unpack(due))
+    redis.call('SADD', 'rq:queues', 'rq:queue:' .. queue)
+    redis.call('RPUSH', 'djjobs:wake:' .. queue, unpack(due))
+    redis.call('LTRIM', 'djjobs:wake:' .. queue, 0, 63)
+    promoted = promoted + #due
+  end
+end
+return {lost, promoted}
+"""
+)
+
+# Settle a lost attempt. ARGV: token, queue, 'retry' or 'dead', then field/value pairs.
+_SETTLE_LOST = (
+    _NOW
+    + """
+if redis.call('ZREM', 'djjobs:lost', ARGV[1]) == 0 then return 0 end
+local id = string.match(ARGV[1], '^(.*):[^:]*$')
+local key = 'rq:job:' .. id
+redis.call('ZREM', 'rq:wip:' .. ARGV[2], ARGV[1])
+if #ARGV > 3 then redis.call('HSET', key, unpack(ARGV, 4)) end
+if ARGV[3] == 'retry' then
+  redis.call('HSET', key, 'status', 'queued')
+  redis.call('LPUSH', 'rq:queue:' .. ARGV[2], id)
+  redis.call('RPUSH', 'djjobs:wake:' .. ARGV[2], 1)
+else
+  redis.call('HSET', key, 'status', 'failed')
+  redis.call('ZADD', 'djjobs:dying', now, id)
+end
+return 1
+"""
+)
+
+# A dead letter's row exists: forget the job. ARGV: id, ttl for the job hash.
+_BURIED = """
+if redis.call('ZREM', 'djjobs:dying', ARGV[1]) == 1 then
+  redis.call('EXPIRE', 'rq:job:' .. ARGV[1], ARGV[2])
+end
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job this worker now holds a lease on."""
+
+    queue: str
+    id: str
+    token: str
+    fields: dict[str, bytes]
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number, 1-based (the claim already counted it)."""
+        return int_field(self.fields, "dj_attempt", 1)
+
+
+def int_field(fields: dict[str, bytes], name: str, default: int) -> int:
+    """A numeric job-hash field, tolerating garbage (a corrupt hash must not crash the worker)."""
+    try:
+        return int(float(fields[name]))
+    except (KeyError, ValueError, TypeError, OverflowError):
+        return default
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
+    return {k.decode() if isinstance(k, bytes) else str(k): v for k, v in zip(flat[::2], flat[1::2], strict=False)}
+
+
+def _flat(fields: dict[str, Any]) -> list[Any]:
+    return [item for pair in fields.items() for item in pair]
+
+
+class Store:
+    """The scripts bound to one Redis connection."""
+
+    WAKE_CAP = 64
+
+    def __init__(self, connection: Redis) -> None:
+        self.connection = connection
+        register = connection.register_script
+        self._push: Script = register(_PUSH)
+        self._complete_and_claim: Script = register(_COMPLETE_AND_CLAIM)
+        self._fail: Script = register(_FAIL)
+        self._release: Script = register(_RELEASE)
+        self._heartbeat: Script = register(_HEARTBEAT)
+        self._maintain: Script = register(_MAINTAIN)
+        self._settle_lost: Script = register(_SETTLE_LOST)
+        self._buried: Script = register(_BURIED)
+
+    def push(self, jobs: Iterable[tuple[str, str, float, dict[str, Any]]], chunk: int = 500) -> set[str]:
+        """Push ``(id, queue, due_timestamp_or_0, fields)`` jobs; returns the ids that were already there."""
+        batch = [[job_id, queue, due, _flat(fields)] for job_id, queue, due, fields in jobs]
+        seen: set[str] = set()
+        if not batch:
+            return seen
+        with self.connection.pipeline(transaction=False) as pipe:
+            for start in range(0, len(batch), chunk):
+                self._push(args=[json.dumps(batch[start : start + chunk]), self.WAKE_CAP], client=pipe)
+            for result in pipe.execute():
+                seen.update(x.decode() if isinstance(x, bytes) else x for x in result)
+        return seen
+
+    def complete_and_claim(
+        self,
+        queues: Sequence[str],
+        *,
+        finished: tuple[str, str] | None,
+        worker_name: str,
+        lease_seconds: float,
+        nonce: str,
+        finished_ttl: int,
+    ) -> tuple[bool, Claimed | None]:
+        """Finish ``(token, queue)`` if given, then claim the next job, in one round trip."""
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        token, done_queue = finished or ("", "")
+        reply = self._complete_and_claim(
+            keys=list(queues),
+            args=[token, done_queue, stamp, finished_ttl, worker_name, lease_seconds, stamp, nonce],
+        )
+        ok = bool(reply[0])
+        if len(reply) == 1:
+            return ok, None
+        queue, job_id, token_b, flat = reply[1:]
+        fields = _pairs(flat)
+        fields["dj_attempt"] = str(int_field(fields, "dj_attempt", 0) + 1).encode()  # as the script counted
+        return ok, Claimed(queue.decode(), job_id.decode(), token_b.decode(), fields)
+
+    def fail(self, token: str, queue: str, *, delay: float | None, fields: dict[str, Any]) -> bool:
+        """Record a failed attempt: retry after ``delay`` seconds, or (``None``) start dead-lettering."""
+        return bool(self._fail(args=[token, queue, -1 if delay is None else delay, *_flat(fields)]))
+
+    def release(self, token: str, queue: str) -> bool:
+        """Put a running job back at the head of its queue without spending an attempt."""
+        return bool(self._release(args=[token, queue]))
+
+    def heartbeat(self, tokens: Sequence[str], lease_seconds: float) -> None:
+        if tokens:
+            self._heartbeat(args=[lease_seconds, *tokens])
+
+    def maintain(self, queues: Sequence[str], batch: int = 500) -> tuple[int, int]:
+        """Reap expired leases into LOST and promote due scheduled jobs; returns both counts."""
+        lost, promoted = self._maintain(keys=list(queues), args=[batch])
+        return int(lost), int(promoted)
+
+    def lost_tokens(self, limit: int = 100) -> list[str]:
+        return [t.decode() for t in self.connection.zrange(LOST, 0, limit - 1)]
+
+    def settle_lost(self, token: str, queue: str, *, retry: bool, fields: dict[str, Any]) -> bool:
+        return bool(self._settle_lost(args=[token, queue, "retry" if retry else "dead", *_flat(fields)]))
+
+    def dying(self, older_than: float, limit: int = 100) -> list[str]:
+        """Jobs stuck between "dead" and "row written" for longer than ``older_than`` seconds."""
+        now_s, now_us = self.connection.time()
+        cutoff = now_s + now_us / 1e6 - older_than
+        return [i.decode() for i in self.connection.zrangebyscore(DYING, "-inf", cutoff, start=0, num=limit)]
+
+    def buried(self, job_id: str, ttl: int) -> None:
+        self._buried(args=[job_id, ttl])
+
+    def job_fields(self, job_id: str) -> dict[str, bytes]:
+        raw: dict[bytes, bytes] = self.connection.hgetall(job_key(job_id))  # type: ignore[assignment]
+        return {k.decode(): v for k, v in raw.items()}

@@ -1,0 +1,138 @@
+"""Helpers for your own tests: capture enqueued jobs, run them inline, or drain Redis in-process.
+
+``JOBS["MODE"] = "capture"`` records jobs instead of queueing them; ``"immediate"`` runs them
+inline (at commit inside a transaction; exceptions propagate to the caller). Both treat Django
+``TestCase``'s wrapping transaction as no transaction, so they work there unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections, transaction
+from django.test import override_settings
+
+from . import execution, payload, registry
+from .conf import jobs_settings
+from .connections import get_connection, queue_configs
+from .enqueue import Envelope
+from .store import Store
+
+
+@dataclass(frozen=True)
+class CapturedJob:
+    """A job that capture mode recorded instead of queueing, with its arguments decoded."""
+
+    id: str
+    name: str
+    queue: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
+@dataclass
+class Captured:
+    """The jobs captured inside one ``capture_jobs()`` block, with assertion helpers."""
+
+    jobs: list[CapturedJob] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def __iter__(self) -> Iterator[CapturedJob]:
+        return iter(self.jobs)
+
+    def named(self, job: registry.Job[Any, Any] | str) -> list[CapturedJob]:
+        name = job if isinstance(job, str) else job.name
+        return [j for j in self.jobs if j.name == name]
+
+    def assert_enqueued(self, job: registry.Job[Any, Any] | str, *args: Any, **kwargs: Any) -> CapturedJob:
+        """Assert one captured job of this kind was called with exactly these arguments."""
+        matches = [j for j in self.named(job) if j.args == list(args) and j.kwargs == kwargs]
+        if len(matches) != 1:
+            seen = [(j.name, j.args, j.kwargs) for j in self.jobs]
+            raise AssertionError(f"expected one {job!r} with {args!r} {kwargs!r}; captured {seen!r}")
+        return matches[0]
+
+    def run(self) -> None:
+        """Run the captured jobs now, in order, through their registered functions."""
+        for captured in self.jobs:
+            registry.get(captured.name).func(*captured.args, **captured.kwargs)
+
+
+_active: list[Captured] = []
+#: Receives captured jobs when MODE is "capture" through settings and no capture_jobs() block is open.
+default_capture = Captured()
+
+
+def _now(mode: str, envelopes: Sequence[Envelope]) -> None:
+    for envelope in envelopes:
+        name, args, kwargs = payload.loads(envelope.data)
+        if mode == "capture":
+            for captured in _active or [default_capture]:
+                captured.jobs.append(CapturedJob(envelope.id, name, envelope.queue, args, kwargs))
+        else:
+            registry.get(name).func(*args, **kwargs)
+
+
+def handle(mode: str, envelopes: Sequence[Envelope], alias: str | None) -> None:
+    """The "capture" and "immediate" modes' delivery, honouring the transaction like queue mode."""
+    if alias is not None and connections[alias].in_atomic_block:
+        transaction.on_commit(lambda: _now(mode, envelopes), using=alias)
+    else:
+        _now(mode, envelopes)
+
+
+@contextlib.contextmanager
+def capture_jobs() -> Iterator[Captured]:
+    """``with capture_jobs() as jobs:`` - jobs enqueued inside are recorded, not queued."""
+    captured = Captured()
+    _active.append(captured)
+    try:
+        with override_settings(JOBS={**_jobs_setting(), "MODE": "capture"}):
+            yield captured
+    finally:
+        _active.remove(captured)
+
+
+@contextlib.contextmanager
+def immediate_jobs() -> Iterator[None]:
+    """``with immediate_jobs():`` - jobs run inline when enqueued (or at commit)."""
+    with override_settings(JOBS={**_jobs_setting(), "MODE": "immediate"}):
+        yield
+
+
+def _jobs_setting() -> dict[str, Any]:
+    from django.conf import settings
+
+    return dict(getattr(settings, "JOBS", None) or {})
+
+
+def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int:
+    """Run the jobs waiting in Redis now, in this process, through the worker's own code path.
+
+    Due retries and delayed jobs are promoted first. There is no hard timeout here (no
+    supervisor), but the soft timeout still applies. Returns the number of attempts run.
+    """
+    names = list(queues or queue_configs())
+    store = Store(get_connection(names[0]))
+    store.maintain(names)
+    ran = 0
+    finished: tuple[str, str] | None = None
+    while ran < limit:
+        _, claimed = store.complete_and_claim(
+            names, finished=finished, worker_name="django_jobs.testing", lease_seconds=jobs_settings.LEASE_SECONDS,
+            nonce=f"t{ran}", finished_ttl=jobs_settings.FINISHED_TTL,
+        )  # fmt: skip
+        if claimed is None:
+            break
+        ran += 1
+        outcome = execution.run(store, claimed)
+        finished = (claimed.token, claimed.queue) if outcome is execution.Outcome.SUCCESS else None
+    if finished is not None:
+        store.complete_and_claim([], finished=finished, worker_name="django_jobs.testing", lease_seconds=0,
+                                 nonce="", finished_ttl=jobs_settings.FINISHED_TTL)  # fmt: skip
+    return ran

@@ -1,0 +1,122 @@
+"""The supervisor's periodic duties: promote due jobs, reap dead workers' leases, finish
+interrupted dead-lettering, relay the outbox and prune old idempotency keys.
+
+Every ``runjobs`` runs all of them, so no duty waits on one elected process, and each step is
+an atomic script or an idempotent write, so two ``runjobs`` doing the same step cannot double it.
+Each item is handled on its own: one bad item is logged and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from django.db import DatabaseError, connections, router
+from django.utils import timezone
+from redis.exceptions import RedisError, ResponseError
+
+from .. import deadletter, execution, idempotency, metrics
+from ..enqueue import Envelope, push
+from ..exceptions import WorkerLost
+from ..models import DeadLetter, OutboxEntry
+from ..store import Claimed, Store, split_token
+
+logger = logging.getLogger("django_jobs.worker")
+
+
+class Every:
+    """Runs a duty at most once per ``seconds``; a failing duty is logged and tried next time."""
+
+    def __init__(self, seconds: float, duty: Callable[[], object]) -> None:
+        self.seconds, self.duty, self.next = seconds, duty, 0.0
+
+    def __call__(self, now: float) -> None:
+        if now < self.next:
+            return
+        self.next = now + self.seconds
+        try:
+            self.duty()
+        except (RedisError, DatabaseError) as exc:
+            logger.warning("%s skipped: %s", getattr(self.duty, "__name__", self.duty), exc)
+        except Exception:
+            logger.exception("%s failed", getattr(self.duty, "__name__", self.duty))
+
+
+class Maintenance:
+    def __init__(self, store: Store, queues: Sequence[str], interval: float) -> None:
+        self.store, self.queues = store, list(queues)
+        self.duties = [
+            Every(interval, self.promote_and_reap),
+            Every(1.0, self.relay_outbox),
+            Every(5.0, self.finish_dying),
+            Every(600.0, self.prune_keys),
+        ]
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        for duty in self.duties:
+            duty(now)
+
+    def promote_and_reap(self) -> None:
+        self.store.maintain(self.queues)
+        for token in self.store.lost_tokens():
+            self._settle_lost(token)
+
+    def _settle_lost(self, token: str) -> None:
+        job_id = split_token(token)
+        fields = self._fields(job_id)
+        queue = fields.get("origin", b"").decode(errors="replace")
+        if queue not in self.queues:
+            return  # another runjobs, with that queue's jobs registered, settles it
+        claimed = Claimed(queue, job_id, token, fields)
+        outcome = execution.settle_failure(store=self.store, claimed=claimed, lost=True,
+                                           exc=WorkerLost("The worker running this job died."))  # fmt: skip
+        name = fields.get("description", b"").decode(errors="replace")
+        metrics.settled(name, queue, outcome.value)
+        execution.log_outcome(outcome, name, claimed, 0.0)
+
+    def _fields(self, job_id: str) -> dict[str, bytes]:
+        try:
+            return self.store.job_fields(job_id)
+        except ResponseError as exc:  # not a hash: keep what Redis says about it
+            return {"origin": b"", "redis_error": str(exc).encode()}
+
+    def finish_dying(self) -> None:
+        """Write the rows of dead jobs whose worker died (or whose DB was down) before writing them."""
+        for job_id in self.store.dying(older_than=30):
+            fields = self._fields(job_id)
+            queue = fields.get("origin", b"").decode(errors="replace")
+            try:
+                history = json.loads(fields.get("dj_history", b"[]"))
+            except ValueError:
+                history = []
+            failure = deadletter.Failure(
+                job_id=job_id, queue=queue,
+                reason=fields.get("dj_reason", DeadLetter.Reason.UNDECODABLE.value.encode()).decode(errors="replace"),
+                exception=fields.get("dj_exception", b"django_jobs.exceptions.PayloadError").decode(errors="replace"),
+                message=fields.get("dj_message", b"The job hash in Redis is not a django_jobs job.").decode(
+                    errors="replace"),
+                traceback=fields.get("exc_info", b"").decode(errors="replace"),
+                history=history if isinstance(history, list) else [],
+            )  # fmt: skip
+            deadletter.bury(self.store, failure, fields)
+
+    def relay_outbox(self, batch: int = 500) -> None:
+        """Push outbox rows the on-commit push missed, and prune rows already delivered."""
+        cutoff = timezone.now() - dt.timedelta(seconds=1)  # leave fresh rows to their on-commit push
+        for alias in connections:
+            if not router.allow_migrate_model(alias, OutboxEntry):
+                continue
+            rows = list(OutboxEntry.objects.using(alias).filter(created_at__lt=cutoff).order_by("created_at")[:batch])
+            if not rows:
+                continue
+            already = push([Envelope.from_row(row) for row in rows])
+            OutboxEntry.objects.using(alias).filter(pk__in=[row.pk for row in rows]).delete()
+            if len(rows) > len(already):
+                logger.info("Outbox relay pushed %d job(s)", len(rows) - len(already))
+
+    def prune_keys(self) -> None:
+        idempotency.prune()

@@ -1,0 +1,104 @@
+"""The work process: a long-lived child of the supervisor that claims and runs jobs one at a time.
+
+It tells the supervisor over a pipe which job it is running and until when, so the supervisor can
+extend the lease while it runs and hard-kill it if it overruns. A success is completed in the same
+round trip as the next claim.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redis import Redis
+from redis.exceptions import RedisError
+
+from .. import execution
+from ..conf import jobs_settings
+from ..store import Store, wake_key
+
+logger = logging.getLogger("django_jobs.worker")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies, so a job never outlives its supervisor."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the getppid() check in the loop still stops us
+        pass
+
+
+@dataclass
+class WorkProcess:
+    """One claim-run-complete loop."""
+
+    queues: Sequence[str]
+    connection: Redis
+    name: str
+    report_fd: int
+    burst: bool = False
+    max_jobs: int = 0
+    stopping: bool = False
+
+    def _report(self, line: str) -> None:
+        os.write(self.report_fd, line.encode() + b"\n")
+
+    def _stop(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    def install_signals(self) -> None:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which decides
+
+    def run(self) -> int:
+        store = Store(self.connection)
+        parent = os.getppid()
+        nonce_base = uuid.uuid4().hex[:12]
+        finished: tuple[str, str] | None = None
+        done = 0
+        backoff = 0.1
+        while True:
+            queues = [] if self.stopping or os.getppid() != parent else self.queues
+            try:
+                _, claimed = store.complete_and_claim(
+                    queues, finished=finished, worker_name=self.name, lease_seconds=jobs_settings.LEASE_SECONDS,
+                    nonce=f"{nonce_base}{done}", finished_ttl=jobs_settings.FINISHED_TTL,
+                )  # fmt: skip
+                finished, backoff = None, 0.1
+            except RedisError as exc:
+                logger.warning("Redis unavailable (%s); retrying in %.1f s", exc, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            if claimed is None:
+                self._report("D")
+                if not queues or self.burst:
+                    return 0
+                self._wait()
+                continue
+            outcome = execution.run(store, claimed, on_start=lambda timeout, c=claimed: self._report(
+                f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f}"))  # fmt: skip
+            if outcome is execution.Outcome.SUCCESS:
+                finished = (claimed.token, claimed.queue)
+                self._report("C")  # ran; keep the lease alive until the completion lands
+            else:
+                self._report("D")
+            done += 1
+            if self.max_jobs and done >= self.max_jobs:
+                self.stopping = True
+
+    def _wait(self) -> None:
+        """Block until a wake token arrives or a second passes; the token itself carries nothing."""
+        try:
+            self.connection.blpop([wake_key(q) for q in self.queues], timeout=1)
+        except RedisError:
+            time.sleep(0.5)

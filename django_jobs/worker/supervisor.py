@@ -1,0 +1,272 @@
+"""The supervisor: owns the work processes, keeps their jobs' leases alive, enforces hard
+timeouts, settles what a dead child left behind, and runs the maintenance duties.
+
+It never runs job code itself, so a job stuck in C code or ignoring signals cannot stop it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import select
+import signal
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import connections
+from redis import Redis
+from redis.exceptions import RedisError
+
+from .. import execution, metrics
+from ..conf import jobs_settings
+from ..exceptions import JobTimeout, WorkerLost
+from ..store import Claimed, Store, rq_timestamp
+from .maintenance import Maintenance
+from .process import WorkProcess, die_with_parent
+
+logger = logging.getLogger("django_jobs.worker")
+
+
+@dataclass
+class Slot:
+    """What the supervisor knows about one work process."""
+
+    pid: int
+    fd: int
+    name: str
+    token: str | None = None
+    queue: str | None = None
+    deadline: float | None = None  # None while idle or completing
+    buffer: bytes = b""
+    timed_out: bool = False
+    handed_back: bool = False
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            kind, *rest = line.decode().split()
+            if kind == "S":
+                self.token, self.queue, self.deadline = rest[0], rest[1], float(rest[2])
+            elif kind == "C":
+                self.deadline = None
+            elif kind == "D":
+                self.token = self.queue = self.deadline = None
+
+
+class Supervisor:
+    """``runjobs``: N work processes plus the duties every runjobs shares."""
+
+    def __init__(self, connection: Redis, queues: Sequence[str], *, concurrency: int = 1, burst: bool = False,
+                 max_jobs: int = 0) -> None:  # fmt: skip
+        self.connection, self.queues = connection, list(queues)
+        self.concurrency, self.burst, self.max_jobs = concurrency, burst, max_jobs
+        self.store = Store(connection)
+        self.maintenance = Maintenance(self.store, self.queues, jobs_settings.MAINTENANCE_INTERVAL)
+        self.slots: dict[int, Slot] = {}
+        self.stopping = False
+        self.stop_by: float | None = None
+        self.deaths: list[float] = []
+        self.fatal: str | None = None
+        self.hostname = socket.gethostname()
+        self._next_heartbeat = 0.0
+
+    # --- signals ---------------------------------------------------------------------------------
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        if self.stopping:
+            logger.warning("Second stop signal: handing running jobs back to their queues now.")
+            self.stop_by = 0.0
+            return
+        logger.info("Stopping: finishing running jobs (up to %.0f s).", jobs_settings.SHUTDOWN_GRACE)
+        self.stopping = True
+        self.stop_by = time.monotonic() + jobs_settings.SHUTDOWN_GRACE
+        for slot in self.slots.values():
+            self._signal(slot.pid, signal.SIGTERM)
+
+    @staticmethod
+    def _signal(pid: int, signum: int) -> None:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    # --- children --------------------------------------------------------------------------------
+
+    def _spawn(self) -> None:
+        connections.close_all()  # a child must not share the parent's database sockets
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            code = 1
+            try:
+                os.close(read_fd)
+                for slot in self.slots.values():
+                    os.close(slot.fd)
+                die_with_parent()
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                work = WorkProcess(self.queues, self.connection, f"{self.hostname}.{os.getpid()}", write_fd,
+                                   burst=self.burst, max_jobs=self.max_jobs)  # fmt: skip
+                work.install_signals()
+                code = work.run()
+            except BaseException:
+                logger.exception("Work process crashed")
+            finally:
+                os._exit(code)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        self.slots[pid] = Slot(pid, read_fd, f"{self.hostname}.{pid}")
+
+    def _read(self, timeout: float) -> None:
+        fds = {slot.fd: slot for slot in self.slots.values()}
+        try:
+            ready, _, _ = select.select(list(fds), [], [], timeout)
+        except InterruptedError:
+            return
+        for fd in ready:
+            self._drain(fds[fd])
+
+    @staticmethod
+    def _drain(slot: Slot) -> None:
+        while True:
+            try:
+                chunk = os.read(slot.fd, 65536)
+            except BlockingIOError:
+                return
+            if not chunk:
+                return
+            slot.feed(chunk)
+
+    def _reap_children(self) -> None:
+        while self.slots:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            slot = self.slots.pop(pid, None)
+            if slot is None:
+                continue
+            self._drain(slot)
+            os.close(slot.fd)
+            self._unregister(slot)
+            code = os.waitstatus_to_exitcode(status)
+            if slot.token is not None:
+                self._settle_orphan(slot)
+            if code != 0 or slot.token is not None:
+                self.deaths.append(time.monotonic())
+                logger.warning("Work process %d exited with %s", pid, code)
+            if not self.stopping and (code != 0 or not (self.burst or self.max_jobs)):
+                self._respawn()
+
+    def _respawn(self) -> None:
+        now = time.monotonic()
+        self.deaths = [t for t in self.deaths if now - t < 60]
+        if len(self.deaths) > 10 * self.concurrency:
+            self.fatal = f"work processes died {len(self.deaths)} times in a minute"
+            self.stopping, self.stop_by = True, 0.0
+            return
+        self._spawn()
+
+    def _settle_orphan(self, slot: Slot) -> None:
+        """A child died holding a job: time it out, hand it back, complete it, or count it lost."""
+        assert slot.token is not None and slot.queue is not None
+        try:
+            if slot.handed_back:
+                self.store.release(slot.token, slot.queue)
+                return
+            if slot.deadline is None:  # it ran to success; only the completion was missing
+                self.store.complete_and_claim([], finished=(slot.token, slot.queue), worker_name=slot.name,
+                                              lease_seconds=0, nonce="", finished_ttl=jobs_settings.FINISHED_TTL)
+                return
+            job_id = slot.token.rpartition(":")[0]
+            claimed = Claimed(slot.queue, job_id, slot.token, self.store.job_fields(job_id))
+            exc: Exception = (JobTimeout("The job ran past its timeout and was killed.") if slot.timed_out
+                              else WorkerLost(f"The work process running the job died (pid {slot.pid})."))
+            outcome = execution.settle_failure(self.store, claimed, exc)
+            name = claimed.fields.get("description", b"").decode(errors="replace")
+            metrics.settled(name, slot.queue, outcome.value)
+            execution.log_outcome(outcome, name, claimed, 0.0, exc)
+        except RedisError:
+            # The lease is still in Redis: when it expires, the reaper settles the job instead.
+            logger.warning("Could not settle job %s now; its lease will expire and be reaped.", slot.token)
+
+    def _enforce(self, now: float) -> None:
+        for slot in self.slots.values():
+            if slot.deadline is not None and not slot.timed_out and now > slot.deadline + jobs_settings.TIMEOUT_GRACE:
+                logger.error("Job %s overran its timeout; killing work process %d", slot.token, slot.pid)
+                slot.timed_out = True
+                self._signal(slot.pid, signal.SIGKILL)
+            if self.stop_by is not None and now >= self.stop_by and slot.token and not slot.handed_back:
+                if slot.deadline is not None:
+                    slot.handed_back = True
+                self._signal(slot.pid, signal.SIGKILL)
+
+    # --- Redis bookkeeping -----------------------------------------------------------------------
+
+    def _heartbeat(self, now: float) -> None:
+        if now < self._next_heartbeat:
+            return
+        lease = jobs_settings.LEASE_SECONDS
+        self._next_heartbeat = now + lease / 3
+        try:
+            self.store.heartbeat([s.token for s in self.slots.values() if s.token], lease)
+            self._register(lease)
+        except RedisError as exc:
+            logger.warning("Heartbeat failed (%s); retrying.", exc)
+
+    def _register(self, lease: float) -> None:
+        """Keep RQ's worker records, so ``rq info`` and django-rq list our work processes."""
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        with self.connection.pipeline(transaction=False) as pipe:
+            for slot in self.slots.values():
+                key = f"rq:worker:{slot.name}"
+                job_id = slot.token.rpartition(":")[0] if slot.token else ""
+                pipe.hset(key, mapping={
+                    "last_heartbeat": stamp, "queues": ",".join(self.queues), "pid": slot.pid,
+                    "hostname": self.hostname, "state": "busy" if job_id else "idle", "current_job": job_id,
+                })  # fmt: skip
+                pipe.hsetnx(key, "birth", stamp)
+                pipe.expire(key, int(lease * 3))
+                pipe.sadd("rq:workers", key)
+                for queue in self.queues:
+                    pipe.sadd(f"rq:workers:{queue}", key)
+            pipe.execute()
+
+    def _unregister(self, slot: Slot) -> None:
+        key = f"rq:worker:{slot.name}"
+        try:
+            with self.connection.pipeline(transaction=False) as pipe:
+                pipe.delete(key)
+                pipe.srem("rq:workers", key)
+                for queue in self.queues:
+                    pipe.srem(f"rq:workers:{queue}", key)
+                pipe.execute()
+        except RedisError:
+            pass  # the hash expires by itself
+
+    # --- main loop -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        self.maintenance.tick()
+        for _ in range(self.concurrency):
+            self._spawn()
+        logger.info("runjobs: %d work process(es) on %s", self.concurrency, ", ".join(self.queues))
+        while self.slots:
+            self._read(jobs_settings.MAINTENANCE_INTERVAL)
+            self._reap_children()
+            now = time.monotonic()
+            self._enforce(now)
+            self._heartbeat(now)
+            if not self.stopping:
+                self.maintenance.tick()
+        if self.fatal:
+            logger.error("runjobs stopping: %s", self.fatal)
+            return 1
+        return 0

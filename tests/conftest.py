@@ -1,0 +1,111 @@
+"""Shared fixtures: a private, empty Redis database per test, and runjobs as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.db import connections
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return settings.REDIS_URL
+
+
+@pytest.fixture(scope="session")
+def _redis_guard(redis_url: str) -> redis.Redis:
+    client = redis.Redis.from_url(redis_url)
+    if client.dbsize():
+        pytest.exit(f"Refusing to run: the test Redis database {redis_url} holds data. Point "
+                    "JOBS_TEST_REDIS_URL at an empty database.", returncode=3)
+    return client
+
+
+@pytest.fixture(autouse=True)
+def redis_db(_redis_guard: redis.Redis) -> Iterator[redis.Redis]:
+    """An empty Redis database for each test, flushed before and after."""
+    _redis_guard.flushdb()
+    yield _redis_guard
+    _redis_guard.flushdb()
+
+
+@pytest.fixture(autouse=True)
+def _clear_alerts() -> Iterator[None]:
+    from tests.testapp.alerts import ALERTED
+
+    ALERTED.clear()
+    yield
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 20, interval: float = 0.05) -> object:
+    """Poll until ``predicate()`` is truthy; fail the test with a clear message after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s: {predicate}")
+        time.sleep(interval)
+
+
+class Runjobs:
+    """``manage.py runjobs`` in a subprocess, pointed at this test's databases and Redis."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.log = open(ROOT / "var" / f"runjobs-{os.getpid()}-{time.monotonic_ns()}.log", "w+b")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "runjobs", *args, "--settings", "tests.settings"],
+            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+
+    def output(self) -> str:
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def terminate(self, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_tree()
+            return self.proc.wait()
+
+    def kill_tree(self) -> None:
+        """SIGKILL the whole process group, as a container kill or a cgroup OOM would."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+@pytest.fixture
+def runjobs(redis_url: str) -> Iterator[Callable[..., Runjobs]]:
+    started: list[Runjobs] = []
+
+    def start(*args: str, extra_env: dict[str, str] | None = None) -> Runjobs:
+        env = {**os.environ, "JOBS_TEST_DB_NAME": str(connections["default"].settings_dict["NAME"]),
+               "JOBS_TEST_REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "tests.settings",
+               **(extra_env or {})}
+        process = Runjobs(list(args), env)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.kill_tree()
+        process.log.close()

@@ -1,0 +1,84 @@
+"""Settings for django_jobs' own test suite: real Redis, and SQLite or PostgreSQL (JOBS_TEST_DB)."""
+
+import os
+from pathlib import Path
+
+BASE = Path(__file__).resolve().parent
+SECRET_KEY = "tests-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_rq",
+    "django_jobs",
+    "tests.testapp",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+
+# Subprocesses (runjobs) are pointed at the test database the parent created.
+_db_kind = os.environ.get("JOBS_TEST_DB", "sqlite")
+_test_name = os.environ.get("JOBS_TEST_DB_NAME")
+if _db_kind == "postgres":
+    _default = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": _test_name or "django_jobs",
+        "USER": os.environ.get("PGUSER", "postgres"),
+        "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+        "PORT": os.environ.get("PGPORT", "5432"),
+        "TEST": {"NAME": "test_django_jobs"},
+    }
+    _other = {**_default, "TEST": {"NAME": "test_django_jobs_other"}, "NAME": (_test_name or "django_jobs") + "_other"}
+else:
+    _file = str(BASE.parent / "var" / "test-db.sqlite3")
+    _default = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": _test_name or _file,
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+        "TEST": {"NAME": _file},
+    }
+    _other = {**_default, "NAME": _default["NAME"] + "-other", "TEST": {"NAME": _file + "-other"}}
+DATABASES = {"default": _default, "other": _other}
+
+REDIS_URL = os.environ.get("JOBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+RQ_QUEUES = {
+    "default": {"URL": REDIS_URL, "SERIALIZER": "rq.serializers.JSONSerializer"},
+    "emails": {"URL": REDIS_URL, "SERIALIZER": "rq.serializers.JSONSerializer"},
+}
+JOBS = {
+    "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins", "tests.testapp.alerts.remember"],
+    "LEASE_SECONDS": float(os.environ.get("JOBS_TEST_LEASE", "3")),
+    "TIMEOUT_GRACE": 1,
+    "SHUTDOWN_GRACE": float(os.environ.get("JOBS_TEST_SHUTDOWN_GRACE", "10")),
+    "MAINTENANCE_INTERVAL": 0.1,
+}
+EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+ADMINS = [("Ops", "ops@example.com")]
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_jobs": {"handlers": ["console"], "level": os.environ.get("JOBS_TEST_LOG", "WARNING")}},
+}

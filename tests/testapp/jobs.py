@@ -1,0 +1,90 @@
+"""Jobs the test suite enqueues. Each leaves a SideEffect row (or a marker file) to prove it ran."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from django_jobs import PermanentError, RetryPolicy, idempotent, job
+
+from .models import SideEffect
+
+FAST = RetryPolicy(max_attempts=3, base=0.05, factor=2, max_delay=0.2)
+
+
+class Invalid(Exception):
+    pass
+
+
+@job(name="tests.record", timeout=10, retry=FAST)
+def record(key: str) -> None:
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.record_once", timeout=10, retry=FAST)
+def record_once(key: str) -> None:
+    with idempotent(f"record_once:{key}") as first:
+        if first:
+            SideEffect.objects.create(key=key)
+
+
+@job(name="tests.always_fails", timeout=10, retry=FAST)
+def always_fails(key: str) -> None:
+    SideEffect.objects.create(key=f"attempt:{key}")
+    raise ConnectionError("upstream down")
+
+
+@job(name="tests.fails_then_succeeds", timeout=10, retry=FAST)
+def fails_then_succeeds(key: str, failures: int) -> None:
+    SideEffect.objects.create(key=f"attempt:{key}")
+    if SideEffect.objects.filter(key=f"attempt:{key}").count() <= failures:
+        raise ConnectionError("flaky upstream")
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.invalid", timeout=10, retry=FAST, permanent=(Invalid,))
+def invalid(key: str) -> None:
+    SideEffect.objects.create(key=f"attempt:{key}")
+    raise Invalid(f"bad input {key}")
+
+
+@job(name="tests.permanent", timeout=10, retry=FAST)
+def permanent(key: str) -> None:
+    SideEffect.objects.create(key=f"attempt:{key}")
+    raise PermanentError("voided")
+
+
+@job(name="tests.sleepy", timeout=1, retry=RetryPolicy(max_attempts=2, base=0.05, factor=1, max_delay=0.05))
+def sleepy(key: str, seconds: float) -> None:
+    SideEffect.objects.create(key=f"attempt:{key}")
+    time.sleep(seconds)
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.stubborn", timeout=1, retry=RetryPolicy(max_attempts=2, base=0.05, factor=1, max_delay=0.05))
+def stubborn(key: str) -> None:
+    """Ignores the soft timeout: only the supervisor's hard kill stops it."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    time.sleep(30)
+
+
+@job(name="tests.kill_once", timeout=10, retry=FAST)
+def kill_once(key: str, marker: str) -> None:
+    """Kills its own work process the first time, as an OOM kill would."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("killed")
+        os.kill(os.getpid(), signal.SIGKILL)
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.new_name", aliases=["tests.old_name"], timeout=10, retry=FAST)
+def renamed(key: str) -> None:
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.echo_types", timeout=10, retry=FAST)
+def echo_types(key: str, **values: object) -> None:
+    SideEffect.objects.create(key=f"{key}:{sorted((k, type(v).__name__, repr(v)) for k, v in values.items())}")
