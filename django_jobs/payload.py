@@ -13,6 +13,7 @@ import io
 import json
 import math
 import uuid
+import zlib
 import zoneinfo
 from decimal import Decimal
 from typing import Any
@@ -128,6 +129,8 @@ def _decode_hook(obj: dict[str, Any]) -> Any:
 
 def _parse(data: bytes | str, hook: Any) -> tuple[str, list[Any], dict[str, Any]]:
     try:
+        if isinstance(data, bytes) and data[:1] != b"[":
+            data = zlib.decompress(data)  # RQ compresses the data it writes; we write it plain
         name, _instance, args, kwargs = json.loads(data, object_hook=hook)
     except Exception as exc:
         raise PayloadError(f"Job data is not a django_jobs JSON payload: {exc}") from exc
