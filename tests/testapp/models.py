@@ -4,7 +4,7 @@ from django.db import models
 class SideEffect(models.Model):
     """One row per time a job's side effect happened; tests count them."""
 
-    key = models.CharField(max_length=200)
+    key = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
 
 
