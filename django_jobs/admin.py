@@ -17,7 +17,6 @@ from . import deadletter
 from .exceptions import JobNotFound
 from .models import DeadLetter
 
-
 if TYPE_CHECKING:
     _Base = admin.ModelAdmin[DeadLetter]
 else:
@@ -31,8 +30,23 @@ class DeadLetterAdmin(_Base):
     search_fields = ("job_id", "job_name", "message")
     date_hierarchy = "created_at"
     actions = ["requeue", "discard"]
-    readonly_fields = ("job_id", "job_name", "queue", "reason", "status", "attempts", "exception", "message",
-                       "payload", "traceback_text", "history", "raw", "requeued_job_id", "created_at", "updated_at")
+    readonly_fields = (
+        "job_id",
+        "job_name",
+        "queue",
+        "reason",
+        "status",
+        "attempts",
+        "exception",
+        "message",
+        "payload",
+        "traceback_text",
+        "history",
+        "raw",
+        "requeued_job_id",
+        "created_at",
+        "updated_at",
+    )
     fields = readonly_fields
     change_form_template = "admin/django_jobs/deadletter/change_form.html"
 
@@ -77,7 +91,9 @@ class DeadLetterAdmin(_Base):
         count = deadletter.discard(queryset, actor=request.user)
         self.message_user(request, f"Discarded {count} dead letter(s).", messages.SUCCESS)
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         # Django silently ignores an action the user may not run; an operator deserves a 403.
         action = request.POST.get("action") if request.method == "POST" else None
         checks = {"requeue": self.has_requeue_permission, "discard": self.has_discard_permission}

@@ -21,22 +21,30 @@ logger = logging.getLogger("django_jobs.alerts")
 
 def log_and_mail_admins(dead_letter: DeadLetter) -> None:
     """The default hook: an ERROR line for the log pipeline, and a mail to ``settings.ADMINS``."""
-    summary = f"Job {dead_letter.job_name} dead-lettered after {dead_letter.attempts} attempt(s): " \
-              f"{dead_letter.exception}: {dead_letter.message}"  # fmt: skip
+    summary = (
+        f"Job {dead_letter.job_name} dead-lettered after {dead_letter.attempts} attempt(s): "
+        f"{dead_letter.exception}: {dead_letter.message}"
+    )
     logger.error(summary, extra={"job_id": dead_letter.job_id, "dead_letter_id": dead_letter.pk})
-    mail_admins(f"[django_jobs] {dead_letter.job_name} dead-lettered", f"{summary}\n\n{dead_letter.traceback}")
+    mail_admins(
+        f"[django_jobs] {dead_letter.job_name} dead-lettered", f"{summary}\n\n{dead_letter.traceback}"
+    )
 
 
 def webhook(url: str, timeout: float = 5.0) -> Callable[[DeadLetter], None]:
     """An example hook factory: POST a JSON summary to ``url`` (for a chat or paging webhook)."""
 
     def hook(dead_letter: DeadLetter) -> None:
-        body = json.dumps({
-            "text": f"Job {dead_letter.job_name} dead-lettered: {dead_letter.exception}: {dead_letter.message}",
-            "job_id": dead_letter.job_id, "attempts": dead_letter.attempts,
-        }).encode()  # fmt: skip
+        body = json.dumps(
+            {
+                "text": f"Job {dead_letter.job_name} dead-lettered: {dead_letter.message}",
+                "exception": dead_letter.exception,
+                "job_id": dead_letter.job_id,
+                "attempts": dead_letter.attempts,
+            }
+        ).encode()
         request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
-        urllib.request.urlopen(request, timeout=timeout).close()  # noqa: S310 - the URL is the operator's setting
+        urllib.request.urlopen(request, timeout=timeout).close()
 
     return hook
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.apps import AppConfig
@@ -10,9 +11,12 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from . import registry
 from .conf import DEFAULTS, jobs_settings
-from .policy import RetryPolicy
 
-PICKLE_FREE = {"rq.serializers.JSONSerializer", "rq.serializers.json_serializer", "django_jobs.serializers.JSON"}
+PICKLE_FREE = {
+    "rq.serializers.JSONSerializer",
+    "rq.serializers.json_serializer",
+    "django_jobs.serializers.JSON",
+}
 MODES = ("queue", "immediate", "capture")
 
 
@@ -28,86 +32,158 @@ def _app_index(name: str) -> int | None:
 
 
 @register(Tags.compatibility)
-def check_apps(app_configs: list[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+def check_apps(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     problems: list[CheckMessage] = []
     if _app_index("django_rq") is None:
-        problems.append(Error("django_rq is not in INSTALLED_APPS.",
-                              hint='Add "django_rq" to INSTALLED_APPS; django_jobs uses its RQ_QUEUES.',
-                              id="django_jobs.E001"))  # fmt: skip
+        problems.append(
+            Error(
+                "django_rq is not in INSTALLED_APPS.",
+                hint='Add "django_rq" to INSTALLED_APPS; django_jobs uses its RQ_QUEUES.',
+                id="django_jobs.E001",
+            )
+        )
     ours, theirs = _app_index("django_jobs"), _app_index("django_extensions")
     if ours is not None and theirs is not None and theirs < ours:
-        problems.append(Warning("django_extensions comes before django_jobs in INSTALLED_APPS, so its own "
-                                "runjobs command shadows django_jobs' runjobs.",
-                                hint='List "django_jobs" before "django_extensions".', id="django_jobs.W002"))
+        problems.append(
+            Warning(
+                "django_extensions comes before django_jobs in INSTALLED_APPS, so its own "
+                "runjobs command shadows django_jobs' runjobs.",
+                hint='List "django_jobs" before "django_extensions".',
+                id="django_jobs.W002",
+            )
+        )
     return problems
+
+
+def _serializer_path(config: dict[str, Any]) -> str | None:
+    """The dotted path of the serializer a queue's jobs are decoded with (django-rq's rules)."""
+    rq_settings = getattr(settings, "RQ", None)
+    serializer = config.get("SERIALIZER") or (
+        rq_settings.get("SERIALIZER") if isinstance(rq_settings, dict) else None
+    )
+    if serializer is None or isinstance(serializer, str):
+        return serializer
+    return f"{serializer.__module__}.{getattr(serializer, '__qualname__', type(serializer).__qualname__)}"
 
 
 def _queue_problems() -> list[CheckMessage]:
     queues = getattr(settings, "RQ_QUEUES", None)
     if not isinstance(queues, dict) or not queues:
-        return [Error("settings.RQ_QUEUES defines no queue.",
-                      hint='Add at least RQ_QUEUES = {"default": {"URL": "redis://localhost:6379/0", '
-                           '"SERIALIZER": "rq.serializers.JSONSerializer"}}.', id="django_jobs.E002")]  # fmt: skip
+        return [
+            Error(
+                "settings.RQ_QUEUES defines no queue.",
+                hint='Add at least RQ_QUEUES = {"default": {"URL": "redis://localhost:6379/0", '
+                '"SERIALIZER": "rq.serializers.JSONSerializer"}}.',
+                id="django_jobs.E002",
+            )
+        ]
     problems: list[CheckMessage] = []
-    global_serializer = getattr(settings, "RQ", {}).get("SERIALIZER") if isinstance(getattr(settings, "RQ", {}), dict) else None
     for name, config in queues.items():
-        serializer = config.get("SERIALIZER") or global_serializer
-        path = serializer if isinstance(serializer, str) else f"{getattr(serializer, '__module__', '')}.{getattr(serializer, '__name__', '')}"
+        path = _serializer_path(config)
         if path not in PICKLE_FREE:
-            problems.append(Error(
-                f"Queue {name!r} would decode jobs with pickle (SERIALIZER is {serializer or 'unset, so pickle'}).",
-                hint=f'Set RQ_QUEUES[{name!r}]["SERIALIZER"] = "rq.serializers.JSONSerializer"; django-rq\'s '
-                     "views decode jobs with it, and pickle runs code from Redis.",
-                id="django_jobs.E003"))  # fmt: skip
+            problems.append(
+                Error(
+                    f"Queue {name!r} would decode jobs with pickle (SERIALIZER is {path or 'unset'}).",
+                    hint=f'Set RQ_QUEUES[{name!r}]["SERIALIZER"] = "rq.serializers.JSONSerializer": '
+                    "django-rq's views decode jobs with it, and pickle runs code from Redis.",
+                    id="django_jobs.E003",
+                )
+            )
     for definition in registry.all_jobs():
         if definition.queue not in queues:
-            problems.append(Error(f"Job {definition.name!r} uses queue {definition.queue!r}, which is not in RQ_QUEUES.",
-                                  hint=f"Add {definition.queue!r} to RQ_QUEUES or pass queue= one of "
-                                       f"{', '.join(sorted(queues))}.", id="django_jobs.E004"))  # fmt: skip
+            problems.append(
+                Error(
+                    f"Job {definition.name!r} uses queue {definition.queue!r}, which is not in RQ_QUEUES.",
+                    hint=f"Add {definition.queue!r} to RQ_QUEUES or pass queue= one of "
+                    f"{', '.join(sorted(queues))}.",
+                    id="django_jobs.E004",
+                )
+            )
     return problems
 
 
 def _jobs_setting_problems() -> list[CheckMessage]:
     given = getattr(settings, "JOBS", {})
     if not isinstance(given, dict):
-        return [Error("settings.JOBS must be a dict.", hint="See the README for its keys.", id="django_jobs.E005")]
+        return [
+            Error("settings.JOBS must be a dict.", hint="See the README for its keys.", id="django_jobs.E005")
+        ]
     problems: list[CheckMessage] = []
     for key, close in jobs_settings.unknown_keys():
-        problems.append(Error(f"settings.JOBS has an unknown key {key!r}.",
-                              hint=f"Did you mean {close!r}?" if close else f"Known keys: {', '.join(DEFAULTS)}.",
-                              id="django_jobs.E006"))  # fmt: skip
+        problems.append(
+            Error(
+                f"settings.JOBS has an unknown key {key!r}.",
+                hint=f"Did you mean {close!r}?" if close else f"Known keys: {', '.join(DEFAULTS)}.",
+                id="django_jobs.E006",
+            )
+        )
     if jobs_settings.MODE not in MODES:
-        problems.append(Error(f"JOBS['MODE'] is {jobs_settings.MODE!r}.", hint=f"Use one of {', '.join(MODES)}.",
-                              id="django_jobs.E007"))  # fmt: skip
+        problems.append(
+            Error(
+                f"JOBS['MODE'] is {jobs_settings.MODE!r}.",
+                hint=f"Use one of {', '.join(MODES)}.",
+                id="django_jobs.E007",
+            )
+        )
     try:
-        RetryPolicy(**jobs_settings.DEFAULT_RETRY)
+        jobs_settings.default_retry()
     except (TypeError, ValueError) as exc:
-        problems.append(Error(f"JOBS['DEFAULT_RETRY'] is not a valid retry policy: {exc}",
-                              hint="Keys: max_attempts, base, factor, max_delay.", id="django_jobs.E008"))
-    for key in ("LEASE_SECONDS", "TIMEOUT_GRACE", "SHUTDOWN_GRACE", "IDEMPOTENCY_RETENTION", "FINISHED_TTL",
-                "REDIS_SOCKET_TIMEOUT", "MAINTENANCE_INTERVAL", "MAX_PAYLOAD_BYTES"):
+        problems.append(
+            Error(
+                f"JOBS['DEFAULT_RETRY'] is not a valid retry policy: {exc}",
+                hint="Keys: max_attempts, base, factor, max_delay.",
+                id="django_jobs.E008",
+            )
+        )
+    for key in (
+        "LEASE_SECONDS",
+        "TIMEOUT_GRACE",
+        "SHUTDOWN_GRACE",
+        "IDEMPOTENCY_RETENTION",
+        "FINISHED_TTL",
+        "REDIS_SOCKET_TIMEOUT",
+        "MAINTENANCE_INTERVAL",
+        "MAX_PAYLOAD_BYTES",
+    ):
         value = given.get(key, DEFAULTS[key])
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            problems.append(Error(f"JOBS[{key!r}] must be a positive number, got {value!r}.",
-                                  hint=f"The default is {DEFAULTS[key]!r}.", id="django_jobs.E009"))
+            problems.append(
+                Error(
+                    f"JOBS[{key!r}] must be a positive number, got {value!r}.",
+                    hint=f"The default is {DEFAULTS[key]!r}.",
+                    id="django_jobs.E009",
+                )
+            )
     if jobs_settings.LOG_FORMAT not in ("text", "json"):
-        problems.append(Error(f"JOBS['LOG_FORMAT'] is {jobs_settings.LOG_FORMAT!r}.", hint='Use "text" or "json".',
-                              id="django_jobs.E010"))  # fmt: skip
+        problems.append(
+            Error(
+                f"JOBS['LOG_FORMAT'] is {jobs_settings.LOG_FORMAT!r}.",
+                hint='Use "text" or "json".',
+                id="django_jobs.E010",
+            )
+        )
     return problems
 
 
 def _database_problems() -> list[CheckMessage]:
     problems: list[CheckMessage] = []
-    for alias, config in settings.DATABASES.items():
-        if "sqlite" in config.get("ENGINE", "") and config.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE":
-            problems.append(Warning(
-                f"Database {alias!r} is SQLite without transaction_mode='IMMEDIATE'; several worker processes "
-                "will fail with 'database is locked'.",
-                hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" (Django 5.1+).',
-                id="django_jobs.W001"))  # fmt: skip
+    databases: dict[str, dict[str, Any]] = settings.DATABASES
+    for alias, config in databases.items():
+        if (
+            "sqlite" in config.get("ENGINE", "")
+            and config.get("OPTIONS", {}).get("transaction_mode") != "IMMEDIATE"
+        ):
+            problems.append(
+                Warning(
+                    f"Database {alias!r} is SQLite without transaction_mode='IMMEDIATE'; several worker "
+                    "processes will fail with 'database is locked'.",
+                    hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE".',
+                    id="django_jobs.W001",
+                )
+            )
     return problems
 
 
 @register()
-def check_settings(app_configs: list[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     return [*_queue_problems(), *_jobs_setting_problems(), *_database_problems()]

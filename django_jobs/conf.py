@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+
+if TYPE_CHECKING:
+    from .policy import RetryPolicy
 
 #: Every key of ``settings.JOBS`` with its default. The README documents each one.
 DEFAULTS: dict[str, Any] = {
@@ -50,8 +53,14 @@ class JobsSettings:
         return str(self.get("MODE"))
 
     @property
-    def DEFAULT_RETRY(self) -> dict[str, float]:
+    def DEFAULT_RETRY(self) -> dict[str, Any]:
         return dict(self.get("DEFAULT_RETRY"))
+
+    def default_retry(self) -> RetryPolicy:
+        """The policy of every job that passes no ``retry=``; raises ValueError or TypeError if malformed."""
+        from .policy import RetryPolicy
+
+        return RetryPolicy(**self.DEFAULT_RETRY)
 
     @property
     def MAX_PAYLOAD_BYTES(self) -> int:

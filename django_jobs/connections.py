@@ -34,8 +34,11 @@ def queue_config(queue: str) -> dict[str, Any]:
 def connection_identity(queue: str) -> str:
     """Queues with the same identity share one Redis connection (and one runjobs can serve them)."""
     config = queue_config(queue)
-    return json.dumps({k: v for k, v in config.items() if k not in ("DEFAULT_TIMEOUT", "SERIALIZER", "ASYNC")},
-                      sort_keys=True, default=str)
+    return json.dumps(
+        {k: v for k, v in config.items() if k not in ("DEFAULT_TIMEOUT", "SERIALIZER", "ASYNC")},
+        sort_keys=True,
+        default=str,
+    )
 
 
 def get_connection(queue: str, socket_timeout: float | None = None) -> Redis:

@@ -15,6 +15,7 @@ from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 from . import alerts, payload, registry
 from .conf import jobs_settings
 from .enqueue import build, deliver
+from .exceptions import PayloadError
 from .models import DeadLetter
 from .signals import job_dead_lettered
 from .store import Store, int_field
@@ -42,7 +43,7 @@ def _snapshot(fields: dict[str, bytes]) -> str:
 def _payload_parts(fields: dict[str, bytes]) -> tuple[str, list[Any], dict[str, Any]]:
     try:
         return payload.loads_tagged(fields.get("data", b""))
-    except payload.PayloadError:
+    except PayloadError:
         return fields.get("description", b"(unknown)").decode(errors="replace"), [], {}
 
 
@@ -87,8 +88,12 @@ def _audit(actor: AbstractBaseUser | AnonymousUser | None, entries: list[DeadLet
         )
 
 
-def requeue(entries: Iterable[DeadLetter], *, actor: AbstractBaseUser | AnonymousUser | None = None,
-            using: str = DEFAULT_DB_ALIAS) -> list[DeadLetter]:  # fmt: skip
+def requeue(
+    entries: Iterable[DeadLetter],
+    *,
+    actor: AbstractBaseUser | AnonymousUser | None = None,
+    using: str = DEFAULT_DB_ALIAS,
+) -> list[DeadLetter]:
     """Send each open entry back as a new job with fresh attempts; returns the entries requeued.
 
     The status change is a compare-and-set in the same transaction as the enqueue (which goes
@@ -100,8 +105,10 @@ def requeue(entries: Iterable[DeadLetter], *, actor: AbstractBaseUser | Anonymou
         definition = registry.get(entry.job_name)
         with transaction.atomic(using=using):
             envelope = build(definition.name, definition.queue, definition.timeout, entry.args, entry.kwargs)
-            won = DeadLetter.objects.using(using).filter(pk=entry.pk, status=DeadLetter.Status.OPEN).update(
-                status=DeadLetter.Status.REQUEUED, requeued_job_id=envelope.id
+            won = (
+                DeadLetter.objects.using(using)
+                .filter(pk=entry.pk, status=DeadLetter.Status.OPEN)
+                .update(status=DeadLetter.Status.REQUEUED, requeued_job_id=envelope.id)
             )
             if won:
                 deliver([envelope], using=using)

@@ -17,7 +17,7 @@ import math
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_jobs.enqueue")
 
-Call = tuple[Sequence[Any], dict[str, Any]]
+Call = tuple[Sequence[Any], Mapping[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -75,16 +75,23 @@ class Envelope:
 
     def row(self) -> OutboxEntry:
         return OutboxEntry(
-            id=self.id, job_name=self.name, queue=self.queue, data=self.data,
-            timeout=self.timeout, due=self.due, created_at=self.created_at,
-        )  # fmt: skip
+            id=self.id,
+            job_name=self.name,
+            queue=self.queue,
+            data=self.data,
+            timeout=self.timeout,
+            due=self.due,
+            created_at=self.created_at,
+        )
 
     @classmethod
     def from_row(cls, row: OutboxEntry) -> Envelope:
         return cls(row.id, row.job_name, row.queue, row.data, row.timeout, row.due, row.created_at)
 
 
-def build(name: str, queue: str, timeout: float, args: list[Any], kwargs: dict[str, Any], delay: float = 0) -> Envelope:
+def build(
+    name: str, queue: str, timeout: float, args: list[Any], kwargs: dict[str, Any], delay: float = 0
+) -> Envelope:
     """An envelope for already-encoded arguments (dead-letter requeues come through here too)."""
     queue_config(queue)  # an unknown queue fails at the first enqueue, not at import
     data = payload.dumps(name, args, kwargs, jobs_settings.MAX_PAYLOAD_BYTES).decode()
@@ -162,8 +169,9 @@ def _flush(alias: str, job_id: str) -> None:
     except RedisError:
         logger.warning(
             "Redis is unreachable after commit; %d job(s) stay in the outbox for the runjobs relay.",
-            len(envelopes), exc_info=True,
-        )  # fmt: skip
+            len(envelopes),
+            exc_info=True,
+        )
 
 
 def _write_outbox(alias: str, envelopes: list[Envelope]) -> None:
@@ -188,14 +196,16 @@ def _push_or_store(envelopes: list[Envelope], alias: str) -> None:
 # --- entry point --------------------------------------------------------------------------------
 
 
-def enqueue_calls(definition: Job[Any, Any], calls: list[Call], *, using: str | None = None,
-                  delay: float = 0) -> list[JobHandle]:  # fmt: skip
+def enqueue_calls(
+    definition: Job[Any, Any], calls: Sequence[Call], *, using: str | None = None, delay: float = 0
+) -> list[JobHandle]:
     """Encode, then deliver according to ``JOBS["MODE"]`` and the current transaction."""
     envelopes = []
     for args, kwargs in calls:
         encoded_args, encoded_kwargs = payload.encode(args, kwargs)
-        envelopes.append(build(definition.name, definition.queue, definition.timeout, encoded_args,
-                               encoded_kwargs, delay))  # fmt: skip
+        envelopes.append(
+            build(definition.name, definition.queue, definition.timeout, encoded_args, encoded_kwargs, delay)
+        )
     deliver(envelopes, using=using)
     return [JobHandle(e.id, e.name, e.queue) for e in envelopes]
 

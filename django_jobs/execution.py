@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, reset_queries
 from django.conf import settings
+from django.db import connections, reset_queries
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import deadletter, metrics, payload, registry
 from .exceptions import JobNotFound, JobTimeout, PayloadError, WorkerLost
@@ -58,12 +59,17 @@ def _exc_path(exc: BaseException) -> str:
 def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, Any] | None) -> Failed:
     text = "".join(traceback.format_exception(exc))
     if definition is None:
-        reason = DeadLetter.Reason.UNREGISTERED if isinstance(exc, JobNotFound) else DeadLetter.Reason.UNDECODABLE
+        reason = (
+            DeadLetter.Reason.UNREGISTERED if isinstance(exc, JobNotFound) else DeadLetter.Reason.UNDECODABLE
+        )
         return Failed(_exc_path(exc), str(exc), text, Verdict.DEAD, reason, exc)
     verdict = classify(exc, attempt=claimed.attempt, policy=definition.policy, permanent=definition.permanent)
     exhausted = claimed.attempt >= definition.policy.max_attempts
-    reason = DeadLetter.Reason.WORKER_LOST if isinstance(exc, WorkerLost) and exhausted else (
-        DeadLetter.Reason.EXHAUSTED if exhausted else DeadLetter.Reason.PERMANENT)  # fmt: skip
+    reason = (
+        DeadLetter.Reason.WORKER_LOST
+        if isinstance(exc, WorkerLost) and exhausted
+        else (DeadLetter.Reason.EXHAUSTED if exhausted else DeadLetter.Reason.PERMANENT)
+    )
     return Failed(_exc_path(exc), str(exc), text, verdict, reason, exc)
 
 
@@ -73,43 +79,72 @@ def _history(claimed: Claimed, failed: Failed) -> list[dict[str, Any]]:
         history = history if isinstance(history, list) else []
     except ValueError:
         history = []
-    entry = {"attempt": claimed.attempt, "at": dt.datetime.now(dt.UTC).isoformat(),
-             "exception": failed.exception, "message": failed.message[:500]}  # fmt: skip
+    entry = {
+        "attempt": claimed.attempt,
+        "at": dt.datetime.now(dt.UTC).isoformat(),
+        "exception": failed.exception,
+        "message": failed.message[:500],
+    }
     return [*history, entry][-25:]
 
 
 def settle_failure(store: Store, claimed: Claimed, exc: BaseException, *, lost: bool = False) -> Outcome:
     """Retry with backoff or dead-letter. ``lost``: the lease already moved to LOST (worker died)."""
     try:
-        definition: registry.Job[Any, Any] | None = registry.get(payload.loads(claimed.fields.get("data", b""))[0])
+        definition: registry.Job[Any, Any] | None = registry.get(
+            payload.loads(claimed.fields.get("data", b""))[0]
+        )
     except (JobNotFound, PayloadError):
         definition = None
     failed = _judge(exc, claimed, definition)
     history = _history(claimed, failed)
-    fields = {"dj_history": json.dumps(history), "exc_info": failed.traceback[-20_000:],
-              "dj_reason": failed.reason, "dj_exception": failed.exception, "dj_message": failed.message[:2000]}
+    fields = {
+        "dj_history": json.dumps(history),
+        "exc_info": failed.traceback[-20_000:],
+        "dj_reason": failed.reason,
+        "dj_exception": failed.exception,
+        "dj_message": failed.message[:2000],
+    }
     name = definition.name if definition else "(unknown)"
     if failed.verdict is Verdict.RETRY and definition is not None:
         # A lost worker's job goes straight back: the crash was not the job's failure to back off from.
         delay = 0.0 if isinstance(exc, WorkerLost) else definition.policy.delay(claimed.attempt)
-        settled = (store.settle_lost(claimed.token, claimed.queue, retry=True, fields=fields) if lost
-                   else store.fail(claimed.token, claimed.queue, delay=delay, fields=fields))  # fmt: skip
+        settled = (
+            store.settle_lost(claimed.token, claimed.queue, retry=True, fields=fields)
+            if lost
+            else store.fail(claimed.token, claimed.queue, delay=delay, fields=fields)
+        )
         if settled:
-            job_retrying.send(sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt,
-                              delay=delay)  # fmt: skip
+            job_retrying.send(
+                sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt, delay=delay
+            )
         outcome = Outcome.LOST if lost else Outcome.TIMEOUT if isinstance(exc, JobTimeout) else Outcome.RETRY
     else:
-        settled = (store.settle_lost(claimed.token, claimed.queue, retry=False, fields=fields) if lost
-                   else store.fail(claimed.token, claimed.queue, delay=None, fields=fields))  # fmt: skip
+        settled = (
+            store.settle_lost(claimed.token, claimed.queue, retry=False, fields=fields)
+            if lost
+            else store.fail(claimed.token, claimed.queue, delay=None, fields=fields)
+        )
         if settled:
-            failure = deadletter.Failure(claimed.id, claimed.queue, failed.reason, failed.exception,
-                                         failed.message, failed.traceback, history)  # fmt: skip
+            failure = deadletter.Failure(
+                claimed.id,
+                claimed.queue,
+                failed.reason,
+                failed.exception,
+                failed.message,
+                failed.traceback,
+                history,
+            )
             with contextlib.suppress(Exception):  # a DB outage: the job waits in "dying" for the supervisor
                 deadletter.bury(store, failure, claimed.fields)
         outcome = Outcome.DEAD
     if not settled:
-        logger.warning("Job %s %s: attempt %d was fenced off; another attempt owns it now.",
-                       name, claimed.id, claimed.attempt)  # fmt: skip
+        logger.warning(
+            "Job %s %s: attempt %d was fenced off; another attempt owns it now.",
+            name,
+            claimed.id,
+            claimed.attempt,
+        )
     return outcome
 
 
@@ -132,6 +167,14 @@ def soft_timeout(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+def _needs_closing(conn: BaseDatabaseWrapper) -> bool:
+    leaked_transaction = conn.in_atomic_block or not conn.get_autocommit()
+    broken = conn.errors_occurred and not conn.is_usable()
+    max_age = conn.settings_dict["CONN_MAX_AGE"]
+    expired = bool(max_age) and conn.close_at is not None and time.monotonic() >= conn.close_at
+    return leaked_transaction or broken or expired
+
+
 def db_hygiene() -> None:
     """Between jobs: drop broken or expired connections and a leaked transaction, keep healthy ones.
 
@@ -139,13 +182,7 @@ def db_hygiene() -> None:
     worker does not reconnect for every job.
     """
     for conn in connections.all(initialized_only=True):
-        if conn.connection is None:
-            continue
-        if conn.in_atomic_block or not conn.get_autocommit():
-            conn.close()
-        elif conn.errors_occurred and not conn.is_usable():
-            conn.close()
-        elif conn.settings_dict["CONN_MAX_AGE"] and conn.close_at is not None and time.monotonic() >= conn.close_at:
+        if conn.connection is not None and _needs_closing(conn):
             conn.close()
         conn.errors_occurred = False
     if settings.DEBUG:
@@ -155,17 +192,29 @@ def db_hygiene() -> None:
 _LEVELS = {Outcome.SUCCESS: logging.INFO, Outcome.DEAD: logging.ERROR}
 
 
-def log_outcome(outcome: Outcome, name: str, claimed: Claimed, duration: float,
-                exc: BaseException | None = None) -> None:  # fmt: skip
+def log_outcome(
+    outcome: Outcome, name: str, claimed: Claimed, duration: float, exc: BaseException | None = None
+) -> None:
     """The one line per job outcome; failures carry ``exc_info`` for error trackers."""
     logger.log(
         _LEVELS.get(outcome, logging.WARNING),
         "job=%s id=%s queue=%s attempt=%d outcome=%s duration=%.4f",
-        name, claimed.id, claimed.queue, claimed.attempt, outcome.value, duration,
-        extra={"job": name, "job_id": claimed.id, "queue": claimed.queue, "attempt": claimed.attempt,
-               "outcome": outcome.value, "duration": duration},
+        name,
+        claimed.id,
+        claimed.queue,
+        claimed.attempt,
+        outcome.value,
+        duration,
+        extra={
+            "job": name,
+            "job_id": claimed.id,
+            "queue": claimed.queue,
+            "attempt": claimed.attempt,
+            "outcome": outcome.value,
+            "duration": duration,
+        },
         exc_info=exc,
-    )  # fmt: skip
+    )
 
 
 def queue_wait(claimed: Claimed) -> float | None:
@@ -202,17 +251,23 @@ def run(store: Store, claimed: Claimed, on_start: Callable[[float], None] | None
     except Exception as exc:
         duration = time.perf_counter() - started
         error: BaseException | None = exc
-        job_failed.send(sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt,
-                        duration=duration, exception=exc)  # fmt: skip
+        job_failed.send(
+            sender=name,
+            job_id=claimed.id,
+            queue=claimed.queue,
+            attempt=claimed.attempt,
+            duration=duration,
+            exception=exc,
+        )
         outcome = settle_failure(store, claimed, exc)
     else:
         duration = time.perf_counter() - started
-        job_succeeded.send(sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt,
-                           duration=duration)  # fmt: skip
+        job_succeeded.send(
+            sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt, duration=duration
+        )
         outcome, error = Outcome.SUCCESS, None
     finally:
         db_hygiene()
     metrics.finished(name, claimed.queue, outcome.value, duration)
     log_outcome(outcome, name, claimed, duration, error)
     return outcome
-

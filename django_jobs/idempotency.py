@@ -36,8 +36,8 @@ def claim(key: str, *, using: str = DEFAULT_DB_ALIAS) -> bool:
     meta = IdempotencyKey._meta
     sql = _INSERT[connection.vendor].format(
         table=quote(meta.db_table),
-        key=quote(meta.get_field("key").column),
-        created=quote(meta.get_field("created_at").column),
+        key=quote("key"),
+        created=quote("created_at"),
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [key, timezone.now()])
@@ -61,7 +61,9 @@ def prune(batch: int = 1000, *, using: str = DEFAULT_DB_ALIAS) -> int:
     from .models import IdempotencyKey
 
     cutoff = timezone.now() - dt.timedelta(seconds=jobs_settings.IDEMPOTENCY_RETENTION)
-    stale = list(IdempotencyKey.objects.using(using).filter(created_at__lt=cutoff).values_list("pk", flat=True)[:batch])
+    stale = list(
+        IdempotencyKey.objects.using(using).filter(created_at__lt=cutoff).values_list("pk", flat=True)[:batch]
+    )
     if not stale:
         return 0
     deleted, _ = IdempotencyKey.objects.using(using).filter(pk__in=stale).delete()

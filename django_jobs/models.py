@@ -1,4 +1,4 @@
-"""What must not be lost or must be queried lives in the database: the outbox, idempotency keys, dead letters."""
+"""What must not be lost, or must be queried, lives in the database."""
 
 from __future__ import annotations
 
@@ -75,7 +75,9 @@ class DeadLetter(models.Model):
     queue = models.CharField(max_length=100)
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
-    raw = models.TextField(blank=True, help_text="The job hash as found in Redis, for payloads that did not decode.")
+    raw = models.TextField(
+        blank=True, help_text="The job hash as found in Redis, for payloads that did not decode."
+    )
     exception = models.CharField(max_length=300)
     message = models.TextField(blank=True)
     traceback = models.TextField(blank=True)

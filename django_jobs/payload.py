@@ -15,6 +15,7 @@ import math
 import uuid
 import zlib
 import zoneinfo
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -77,7 +78,9 @@ def _encode_dict(value: dict[Any, Any], where: str) -> dict[str, Any]:
 def _advice(value: Any) -> str:
     kind = type(value).__name__
     if isinstance(value, Model):
-        return f"is a {kind} model instance; pass its primary key ({kind.lower()}.pk) and fetch it in the job."
+        return (
+            f"is a {kind} model instance; pass its primary key ({kind.lower()}.pk) and fetch it in the job."
+        )
     if isinstance(value, QuerySet):
         return "is a QuerySet; pass a list of primary keys (list(qs.values_list('pk', flat=True)))."
     if isinstance(value, File | io.IOBase):
@@ -91,7 +94,7 @@ def _advice(value: Any) -> str:
     return f"is a {kind}, which is not JSON; pass an ID or a plain value."
 
 
-def encode(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     """Check and tag the arguments of one call; raise PayloadError naming the first bad one."""
     return (
         [_encode(value, f"#{i}") for i, value in enumerate(args)],

@@ -46,7 +46,7 @@ class Job(Generic[P, R]):
     @property
     def policy(self) -> RetryPolicy:
         """This job's retry policy, or ``JOBS["DEFAULT_RETRY"]`` read now."""
-        return self.retry or RetryPolicy(**jobs_settings.DEFAULT_RETRY)
+        return self.retry or jobs_settings.default_retry()
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Queue one run; inside a transaction it reaches Redis only if the transaction commits."""
@@ -119,8 +119,8 @@ def _register(definition: Job[Any, Any]) -> None:
             ) == (definition.func.__module__, definition.func.__qualname__)
             if current is not None and not same:
                 raise ValueError(
-                    f"Job name {key!r} is already taken by {current.func.__module__}.{current.func.__qualname__}; "
-                    "pass a different name= or alias."
+                    f"Job name {key!r} is already taken by "
+                    f"{current.func.__module__}.{current.func.__qualname__}; pass a different name= or alias."
                 )
         for key in (definition.name, *definition.aliases):
             _registry[key] = definition

@@ -277,8 +277,14 @@ def int_field(fields: dict[str, bytes], name: str, default: int) -> int:
         return default
 
 
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
-    return {k.decode() if isinstance(k, bytes) else str(k): v for k, v in zip(flat[::2], flat[1::2], strict=False)}
+    return {
+        k.decode() if isinstance(k, bytes) else str(k): v for k, v in zip(flat[::2], flat[1::2], strict=False)
+    }
 
 
 def _flat(fields: dict[str, Any]) -> list[Any]:
@@ -358,7 +364,7 @@ class Store:
         return int(lost), int(promoted)
 
     def lost_tokens(self, limit: int = 100) -> list[str]:
-        return [t.decode() for t in self.connection.zrange(LOST, 0, limit - 1)]
+        return [_text(t) for t in self.connection.zrange(LOST, 0, limit - 1)]
 
     def settle_lost(self, token: str, queue: str, *, retry: bool, fields: dict[str, Any]) -> bool:
         return bool(self._settle_lost(args=[token, queue, "retry" if retry else "dead", *_flat(fields)]))
@@ -367,7 +373,7 @@ class Store:
         """Jobs stuck between "dead" and "row written" for longer than ``older_than`` seconds."""
         now_s, now_us = self.connection.time()
         cutoff = now_s + now_us / 1e6 - older_than
-        return [i.decode() for i in self.connection.zrangebyscore(DYING, "-inf", cutoff, start=0, num=limit)]
+        return [_text(i) for i in self.connection.zrangebyscore(DYING, "-inf", cutoff, start=0, num=limit)]
 
     def buried(self, job_id: str, ttl: int) -> None:
         self._buried(args=[job_id, ttl])

@@ -124,15 +124,25 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
     finished: tuple[str, str] | None = None
     while ran < limit:
         _, claimed = store.complete_and_claim(
-            names, finished=finished, worker_name="django_jobs.testing", lease_seconds=jobs_settings.LEASE_SECONDS,
-            nonce=f"t{ran}", finished_ttl=jobs_settings.FINISHED_TTL,
-        )  # fmt: skip
+            names,
+            finished=finished,
+            worker_name="django_jobs.testing",
+            lease_seconds=jobs_settings.LEASE_SECONDS,
+            nonce=f"t{ran}",
+            finished_ttl=jobs_settings.FINISHED_TTL,
+        )
         if claimed is None:
             break
         ran += 1
         outcome = execution.run(store, claimed)
         finished = (claimed.token, claimed.queue) if outcome is execution.Outcome.SUCCESS else None
     if finished is not None:
-        store.complete_and_claim([], finished=finished, worker_name="django_jobs.testing", lease_seconds=0,
-                                 nonce="", finished_ttl=jobs_settings.FINISHED_TTL)  # fmt: skip
+        store.complete_and_claim(
+            [],
+            finished=finished,
+            worker_name="django_jobs.testing",
+            lease_seconds=0,
+            nonce="",
+            finished_ttl=jobs_settings.FINISHED_TTL,
+        )
     return ran

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,8 +28,11 @@ def redis_url() -> str:
 def _redis_guard(redis_url: str) -> redis.Redis:
     client = redis.Redis.from_url(redis_url)
     if client.dbsize():
-        pytest.exit(f"Refusing to run: the test Redis database {redis_url} holds data. Point "
-                    "JOBS_TEST_REDIS_URL at an empty database.", returncode=3)
+        pytest.exit(
+            f"Refusing to run: the test Redis database {redis_url} holds data. Point "
+            "JOBS_TEST_REDIS_URL at an empty database.",
+            returncode=3,
+        )
     return client
 
 
@@ -41,11 +45,10 @@ def redis_db(_redis_guard: redis.Redis) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture(autouse=True)
-def _clear_alerts() -> Iterator[None]:
+def _clear_alerts() -> None:
     from tests.testapp.alerts import ALERTED
 
     ALERTED.clear()
-    yield
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20, interval: float = 0.05) -> object:
@@ -67,7 +70,11 @@ class Runjobs:
         self.log = open(ROOT / "var" / f"runjobs-{os.getpid()}-{time.monotonic_ns()}.log", "w+b")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "django", "runjobs", *args, "--settings", "tests.settings"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def output(self) -> str:
@@ -86,10 +93,8 @@ class Runjobs:
 
     def kill_tree(self) -> None:
         """SIGKILL the whole process group, as a container kill or a cgroup OOM would."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait()
 
 
@@ -98,9 +103,13 @@ def runjobs(redis_url: str) -> Iterator[Callable[..., Runjobs]]:
     started: list[Runjobs] = []
 
     def start(*args: str, extra_env: dict[str, str] | None = None) -> Runjobs:
-        env = {**os.environ, "JOBS_TEST_DB_NAME": str(connections["default"].settings_dict["NAME"]),
-               "JOBS_TEST_REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "tests.settings",
-               **(extra_env or {})}
+        env = {
+            **os.environ,
+            "JOBS_TEST_DB_NAME": str(connections["default"].settings_dict["NAME"]),
+            "JOBS_TEST_REDIS_URL": redis_url,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            **(extra_env or {}),
+        }
         process = Runjobs(list(args), env)
         started.append(process)
         return process

@@ -2,6 +2,7 @@
 
 import os
 from pathlib import Path
+from typing import Any
 
 BASE = Path(__file__).resolve().parent
 SECRET_KEY = "tests-only"
@@ -28,19 +29,24 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
-TEMPLATES = [{
-    "BACKEND": "django.template.backends.django.DjangoTemplates",
-    "APP_DIRS": True,
-    "OPTIONS": {"context_processors": [
-        "django.template.context_processors.request",
-        "django.contrib.auth.context_processors.auth",
-        "django.contrib.messages.context_processors.messages",
-    ]},
-}]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
 
 # Subprocesses (runjobs) are pointed at the test database the parent created.
 _db_kind = os.environ.get("JOBS_TEST_DB", "sqlite")
 _test_name = os.environ.get("JOBS_TEST_DB_NAME")
+_default: dict[str, Any]
 if _db_kind == "postgres":
     _default = {
         "ENGINE": "django.db.backends.postgresql",
@@ -50,7 +56,11 @@ if _db_kind == "postgres":
         "PORT": os.environ.get("PGPORT", "5432"),
         "TEST": {"NAME": "test_django_jobs"},
     }
-    _other = {**_default, "TEST": {"NAME": "test_django_jobs_other"}, "NAME": (_test_name or "django_jobs") + "_other"}
+    _other = {
+        **_default,
+        "TEST": {"NAME": "test_django_jobs_other"},
+        "NAME": (_test_name or "django_jobs") + "_other",
+    }
 else:
     _file = str(BASE.parent / "var" / "test-db.sqlite3")
     _default = {
@@ -80,5 +90,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_jobs": {"handlers": ["console"], "level": os.environ.get("JOBS_TEST_LOG", "WARNING")}},
+    "loggers": {
+        "django_jobs": {"handlers": ["console"], "level": os.environ.get("JOBS_TEST_LOG", "WARNING")}
+    },
 }

@@ -5,61 +5,104 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='DeadLetter',
+            name="DeadLetter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('job_id', models.CharField(max_length=64, unique=True)),
-                ('job_name', models.CharField(db_index=True, max_length=200)),
-                ('queue', models.CharField(max_length=100)),
-                ('args', models.JSONField(blank=True, default=list)),
-                ('kwargs', models.JSONField(blank=True, default=dict)),
-                ('raw', models.TextField(blank=True, help_text='The job hash as found in Redis, for payloads that did not decode.')),
-                ('exception', models.CharField(max_length=300)),
-                ('message', models.TextField(blank=True)),
-                ('traceback', models.TextField(blank=True)),
-                ('attempts', models.PositiveIntegerField()),
-                ('history', models.JSONField(blank=True, default=list, help_text='One entry per failed attempt.')),
-                ('reason', models.CharField(choices=[('permanent', 'permanent error'), ('exhausted', 'attempts exhausted'), ('worker lost', 'worker lost'), ('unregistered', 'unregistered job'), ('undecodable', 'undecodable payload')], max_length=20)),
-                ('status', models.CharField(choices=[('open', 'open'), ('requeued', 'requeued'), ('discarded', 'discarded')], db_index=True, default='open', max_length=20)),
-                ('requeued_job_id', models.CharField(blank=True, max_length=64)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("job_id", models.CharField(max_length=64, unique=True)),
+                ("job_name", models.CharField(db_index=True, max_length=200)),
+                ("queue", models.CharField(max_length=100)),
+                ("args", models.JSONField(blank=True, default=list)),
+                ("kwargs", models.JSONField(blank=True, default=dict)),
+                (
+                    "raw",
+                    models.TextField(
+                        blank=True,
+                        help_text="The job hash as found in Redis, for payloads that did not decode.",
+                    ),
+                ),
+                ("exception", models.CharField(max_length=300)),
+                ("message", models.TextField(blank=True)),
+                ("traceback", models.TextField(blank=True)),
+                ("attempts", models.PositiveIntegerField()),
+                (
+                    "history",
+                    models.JSONField(blank=True, default=list, help_text="One entry per failed attempt."),
+                ),
+                (
+                    "reason",
+                    models.CharField(
+                        choices=[
+                            ("permanent", "permanent error"),
+                            ("exhausted", "attempts exhausted"),
+                            ("worker lost", "worker lost"),
+                            ("unregistered", "unregistered job"),
+                            ("undecodable", "undecodable payload"),
+                        ],
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("open", "open"), ("requeued", "requeued"), ("discarded", "discarded")],
+                        db_index=True,
+                        default="open",
+                        max_length=20,
+                    ),
+                ),
+                ("requeued_job_id", models.CharField(blank=True, max_length=64)),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['-created_at'],
-                'permissions': [('requeue_deadletter', 'Can requeue dead letters'), ('discard_deadletter', 'Can discard dead letters')],
+                "ordering": ["-created_at"],
+                "permissions": [
+                    ("requeue_deadletter", "Can requeue dead letters"),
+                    ("discard_deadletter", "Can discard dead letters"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='IdempotencyKey',
+            name="IdempotencyKey",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255, unique=True)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("key", models.CharField(max_length=255, unique=True)),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
             ],
         ),
         migrations.CreateModel(
-            name='OutboxEntry',
+            name="OutboxEntry",
             fields=[
-                ('id', models.CharField(editable=False, max_length=64, primary_key=True, serialize=False)),
-                ('job_name', models.CharField(max_length=200)),
-                ('queue', models.CharField(max_length=100)),
-                ('data', models.TextField(help_text='The JSON payload, exactly as it goes to Redis.')),
-                ('timeout', models.PositiveIntegerField()),
-                ('due', models.FloatField(default=0, help_text='Unix time the job becomes due; 0 means now.')),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ("id", models.CharField(editable=False, max_length=64, primary_key=True, serialize=False)),
+                ("job_name", models.CharField(max_length=200)),
+                ("queue", models.CharField(max_length=100)),
+                ("data", models.TextField(help_text="The JSON payload, exactly as it goes to Redis.")),
+                ("timeout", models.PositiveIntegerField()),
+                (
+                    "due",
+                    models.FloatField(default=0, help_text="Unix time the job becomes due; 0 means now."),
+                ),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
             ],
             options={
-                'verbose_name': 'outbox entry',
-                'verbose_name_plural': 'outbox entries',
+                "verbose_name": "outbox entry",
+                "verbose_name_plural": "outbox entries",
             },
         ),
     ]

@@ -12,8 +12,9 @@ from .supervisor import Supervisor
 WORKER_SOCKET_TIMEOUT = 10.0
 
 
-def build_supervisor(queues: Sequence[str], *, concurrency: int = 1, burst: bool = False,
-                     max_jobs: int = 0) -> Supervisor:  # fmt: skip
+def build_supervisor(
+    queues: Sequence[str], *, concurrency: int = 1, burst: bool = False, max_jobs: int = 0
+) -> Supervisor:
     """Check the queues, then build the supervisor that serves them (listed queues come first)."""
     names = list(queues) or sorted(queue_configs())
     if not names:

@@ -72,8 +72,9 @@ class Maintenance:
         if queue not in self.queues:
             return  # another runjobs, with that queue's jobs registered, settles it
         claimed = Claimed(queue, job_id, token, fields)
-        outcome = execution.settle_failure(store=self.store, claimed=claimed, lost=True,
-                                           exc=WorkerLost("The worker running this job died."))  # fmt: skip
+        outcome = execution.settle_failure(
+            store=self.store, claimed=claimed, lost=True, exc=WorkerLost("The worker running this job died.")
+        )
         name = fields.get("description", b"").decode(errors="replace")
         metrics.settled(name, queue, outcome.value)
         execution.log_outcome(outcome, name, claimed, 0.0)
@@ -94,14 +95,20 @@ class Maintenance:
             except ValueError:
                 history = []
             failure = deadletter.Failure(
-                job_id=job_id, queue=queue,
-                reason=fields.get("dj_reason", DeadLetter.Reason.UNDECODABLE.value.encode()).decode(errors="replace"),
-                exception=fields.get("dj_exception", b"django_jobs.exceptions.PayloadError").decode(errors="replace"),
+                job_id=job_id,
+                queue=queue,
+                reason=fields.get("dj_reason", DeadLetter.Reason.UNDECODABLE.value.encode()).decode(
+                    errors="replace"
+                ),
+                exception=fields.get("dj_exception", b"django_jobs.exceptions.PayloadError").decode(
+                    errors="replace"
+                ),
                 message=fields.get("dj_message", b"The job hash in Redis is not a django_jobs job.").decode(
-                    errors="replace"),
+                    errors="replace"
+                ),
                 traceback=fields.get("exc_info", b"").decode(errors="replace"),
                 history=history if isinstance(history, list) else [],
-            )  # fmt: skip
+            )
             deadletter.bury(self.store, failure, fields)
 
     def relay_outbox(self, batch: int = 500) -> None:
@@ -110,7 +117,9 @@ class Maintenance:
         for alias in connections:
             if not router.allow_migrate_model(alias, OutboxEntry):
                 continue
-            rows = list(OutboxEntry.objects.using(alias).filter(created_at__lt=cutoff).order_by("created_at")[:batch])
+            rows = list(
+                OutboxEntry.objects.using(alias).filter(created_at__lt=cutoff).order_by("created_at")[:batch]
+            )
             if not rows:
                 continue
             already = push([Envelope.from_row(row) for row in rows])

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from .. import execution
 from ..conf import jobs_settings
-from ..store import Store, wake_key
+from ..store import Claimed, Store, wake_key
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -70,9 +70,13 @@ class WorkProcess:
             queues = [] if self.stopping or os.getppid() != parent else self.queues
             try:
                 _, claimed = store.complete_and_claim(
-                    queues, finished=finished, worker_name=self.name, lease_seconds=jobs_settings.LEASE_SECONDS,
-                    nonce=f"{nonce_base}{done}", finished_ttl=jobs_settings.FINISHED_TTL,
-                )  # fmt: skip
+                    queues,
+                    finished=finished,
+                    worker_name=self.name,
+                    lease_seconds=jobs_settings.LEASE_SECONDS,
+                    nonce=f"{nonce_base}{done}",
+                    finished_ttl=jobs_settings.FINISHED_TTL,
+                )
                 finished, backoff = None, 0.1
             except RedisError as exc:
                 logger.warning("Redis unavailable (%s); retrying in %.1f s", exc, backoff)
@@ -85,8 +89,11 @@ class WorkProcess:
                     return 0
                 self._wait()
                 continue
-            outcome = execution.run(store, claimed, on_start=lambda timeout, c=claimed: self._report(
-                f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f}"))  # fmt: skip
+
+            def arm(timeout: float, c: Claimed = claimed) -> None:
+                self._report(f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f}")
+
+            outcome = execution.run(store, claimed, on_start=arm)
             if outcome is execution.Outcome.SUCCESS:
                 finished = (claimed.token, claimed.queue)
                 self._report("C")  # ran; keep the lease alive until the completion lands

@@ -6,6 +6,7 @@ It never runs job code itself, so a job stuck in C code or ignoring signals cann
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -60,8 +61,15 @@ class Slot:
 class Supervisor:
     """``runjobs``: N work processes plus the duties every runjobs shares."""
 
-    def __init__(self, connection: Redis, queues: Sequence[str], *, concurrency: int = 1, burst: bool = False,
-                 max_jobs: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        connection: Redis,
+        queues: Sequence[str],
+        *,
+        concurrency: int = 1,
+        burst: bool = False,
+        max_jobs: int = 0,
+    ) -> None:
         self.connection, self.queues = connection, list(queues)
         self.concurrency, self.burst, self.max_jobs = concurrency, burst, max_jobs
         self.store = Store(connection)
@@ -89,10 +97,8 @@ class Supervisor:
 
     @staticmethod
     def _signal(pid: int, signum: int) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
 
     # --- children --------------------------------------------------------------------------------
 
@@ -108,8 +114,14 @@ class Supervisor:
                     os.close(slot.fd)
                 die_with_parent()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                work = WorkProcess(self.queues, self.connection, f"{self.hostname}.{os.getpid()}", write_fd,
-                                   burst=self.burst, max_jobs=self.max_jobs)  # fmt: skip
+                work = WorkProcess(
+                    self.queues,
+                    self.connection,
+                    f"{self.hostname}.{os.getpid()}",
+                    write_fd,
+                    burst=self.burst,
+                    max_jobs=self.max_jobs,
+                )
                 work.install_signals()
                 code = work.run()
             except BaseException:
@@ -174,19 +186,29 @@ class Supervisor:
 
     def _settle_orphan(self, slot: Slot) -> None:
         """A child died holding a job: time it out, hand it back, complete it, or count it lost."""
-        assert slot.token is not None and slot.queue is not None
+        assert slot.token is not None
+        assert slot.queue is not None
         try:
             if slot.handed_back:
                 self.store.release(slot.token, slot.queue)
                 return
             if slot.deadline is None:  # it ran to success; only the completion was missing
-                self.store.complete_and_claim([], finished=(slot.token, slot.queue), worker_name=slot.name,
-                                              lease_seconds=0, nonce="", finished_ttl=jobs_settings.FINISHED_TTL)
+                self.store.complete_and_claim(
+                    [],
+                    finished=(slot.token, slot.queue),
+                    worker_name=slot.name,
+                    lease_seconds=0,
+                    nonce="",
+                    finished_ttl=jobs_settings.FINISHED_TTL,
+                )
                 return
             job_id = slot.token.rpartition(":")[0]
             claimed = Claimed(slot.queue, job_id, slot.token, self.store.job_fields(job_id))
-            exc: Exception = (JobTimeout("The job ran past its timeout and was killed.") if slot.timed_out
-                              else WorkerLost(f"The work process running the job died (pid {slot.pid})."))
+            exc: Exception = (
+                JobTimeout("The job ran past its timeout and was killed.")
+                if slot.timed_out
+                else WorkerLost(f"The work process running the job died (pid {slot.pid}).")
+            )
             outcome = execution.settle_failure(self.store, claimed, exc)
             name = claimed.fields.get("description", b"").decode(errors="replace")
             metrics.settled(name, slot.queue, outcome.value)
@@ -197,7 +219,11 @@ class Supervisor:
 
     def _enforce(self, now: float) -> None:
         for slot in self.slots.values():
-            if slot.deadline is not None and not slot.timed_out and now > slot.deadline + jobs_settings.TIMEOUT_GRACE:
+            if (
+                slot.deadline is not None
+                and not slot.timed_out
+                and now > slot.deadline + jobs_settings.TIMEOUT_GRACE
+            ):
                 logger.error("Job %s overran its timeout; killing work process %d", slot.token, slot.pid)
                 slot.timed_out = True
                 self._signal(slot.pid, signal.SIGKILL)
@@ -226,10 +252,17 @@ class Supervisor:
             for slot in self.slots.values():
                 key = f"rq:worker:{slot.name}"
                 job_id = slot.token.rpartition(":")[0] if slot.token else ""
-                pipe.hset(key, mapping={
-                    "last_heartbeat": stamp, "queues": ",".join(self.queues), "pid": slot.pid,
-                    "hostname": self.hostname, "state": "busy" if job_id else "idle", "current_job": job_id,
-                })  # fmt: skip
+                pipe.hset(
+                    key,
+                    mapping={
+                        "last_heartbeat": stamp,
+                        "queues": ",".join(self.queues),
+                        "pid": slot.pid,
+                        "hostname": self.hostname,
+                        "state": "busy" if job_id else "idle",
+                        "current_job": job_id,
+                    },
+                )
                 pipe.hsetnx(key, "birth", stamp)
                 pipe.expire(key, int(lease * 3))
                 pipe.sadd("rq:workers", key)

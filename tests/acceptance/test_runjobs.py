@@ -47,7 +47,9 @@ def test_jobs_from_rolled_back_transactions_and_savepoints_never_run(runjobs):
 
 def test_a_job_naming_an_unregistered_function_is_refused_and_the_worker_goes_on(runjobs, redis_db, tmp_path):
     marker = tmp_path / "pwned"
-    evil = Queue("default", connection=redis_db, serializer=JSONSerializer).enqueue("os.system", f"touch {marker}")
+    evil = Queue("default", connection=redis_db, serializer=JSONSerializer).enqueue(
+        "os.system", f"touch {marker}"
+    )
     worker = runjobs()
     jobs.record.enqueue("healthy")
     wait_for(lambda: SideEffect.objects.filter(key="healthy").exists())

@@ -16,9 +16,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make_entry(**overrides):
-    values = {"job_id": "j1", "job_name": "tests.record", "queue": "default", "args": ["again"], "kwargs": {},
-              "exception": "builtins.ConnectionError", "message": "down", "attempts": 5,
-              "reason": DeadLetter.Reason.EXHAUSTED}
+    values = {
+        "job_id": "j1",
+        "job_name": "tests.record",
+        "queue": "default",
+        "args": ["again"],
+        "kwargs": {},
+        "exception": "builtins.ConnectionError",
+        "message": "down",
+        "attempts": 5,
+        "reason": DeadLetter.Reason.EXHAUSTED,
+    }
     return DeadLetter.objects.create(**{**values, **overrides})
 
 
@@ -31,8 +39,9 @@ def staff(client, *perms):
 
 
 def post_action(client, action, entry):
-    return client.post(reverse("admin:django_jobs_deadletter_changelist"),
-                       {"action": action, "_selected_action": [entry.pk]})
+    return client.post(
+        reverse("admin:django_jobs_deadletter_changelist"), {"action": action, "_selected_action": [entry.pk]}
+    )
 
 
 def test_requeue_action_needs_the_requeue_permission(client):

@@ -181,8 +181,13 @@ def test_redis_down_at_commit_keeps_the_request_alive_and_the_relay_delivers_onc
 
 def test_a_second_push_of_the_same_job_is_a_no_op(redis_db):
     handle = jobs.record.enqueue("once")
-    row = OutboxEntry(id=handle.id, job_name="tests.record", queue="default",
-                      data='["tests.record",null,["once"],{}]', timeout=10)
+    row = OutboxEntry(
+        id=handle.id,
+        job_name="tests.record",
+        queue="default",
+        data='["tests.record",null,["once"],{}]',
+        timeout=10,
+    )
     assert push([Envelope.from_row(row)]) == {handle.id}
     assert queued(redis_db) == [handle.id]
     run_jobs()

@@ -69,7 +69,7 @@ def test_a_failing_job_is_retried_with_backoff_then_dead_lettered_with_its_histo
     assert [h["attempt"] for h in entry.history] == [1, 2, 3]
     assert entry.args == ["x"] and entry.queue == "default" and entry.job_name == "tests.always_fails"
     assert all(isinstance(f, ConnectionError) for f in failures) and len(failures) == 3
-    assert ALERTED == [handle.id]
+    assert [handle.id] == ALERTED
     assert len(mail.outbox) == 1 and "tests.always_fails" in mail.outbox[0].subject
 
 
@@ -93,7 +93,7 @@ def test_a_broken_alert_hook_does_not_break_the_worker(settings):
     handle = jobs.permanent.enqueue("p")
     drain()
     assert DeadLetter.objects.filter(job_id=handle.id).exists()
-    assert ALERTED == [handle.id]
+    assert [handle.id] == ALERTED
 
 
 def test_same_payload_twice_gives_one_side_effect():
@@ -137,13 +137,15 @@ def test_a_pickle_payload_is_never_unpickled(redis_db, tmp_path):
     assert entry.reason == DeadLetter.Reason.UNDECODABLE
     assert entry.exception == "django_jobs.exceptions.PayloadError"
     assert SideEffect.objects.filter(key="healthy").exists()
-    assert pickle  # noqa: B018 - the module is what built the payload above
+    assert pickle
 
 
 def test_garbage_fields_do_not_stop_a_valid_job(redis_db):
     handle = jobs.record.enqueue("tolerant")
-    redis_db.hset(f"rq:job:{handle.id}", mapping={"status": "???", "timeout": "soon", "created_at": "yesterday",
-                                                   "dj_attempt": "many"})
+    redis_db.hset(
+        f"rq:job:{handle.id}",
+        mapping={"status": "???", "timeout": "soon", "created_at": "yesterday", "dj_attempt": "many"},
+    )
     drain()
     assert SideEffect.objects.filter(key="tolerant").exists()
 
@@ -188,8 +190,12 @@ def test_typed_arguments_arrive_exactly(redis_db):
     import zoneinfo
     from decimal import Decimal
 
-    values = {"u": uuid.UUID(int=7), "d": dt.date(2026, 1, 2), "m": Decimal("1.10"),
-              "t": dt.datetime(2026, 3, 29, 1, 30, tzinfo=zoneinfo.ZoneInfo("Europe/Paris"))}
+    values = {
+        "u": uuid.UUID(int=7),
+        "d": dt.date(2026, 1, 2),
+        "m": Decimal("1.10"),
+        "t": dt.datetime(2026, 3, 29, 1, 30, tzinfo=zoneinfo.ZoneInfo("Europe/Paris")),
+    }
     jobs.echo_types.enqueue("types", **values)
     drain()
     row = SideEffect.objects.get().key

@@ -87,4 +87,6 @@ def renamed(key: str) -> None:
 
 @job(name="tests.echo_types", timeout=10, retry=FAST)
 def echo_types(key: str, **values: object) -> None:
-    SideEffect.objects.create(key=f"{key}:{sorted((k, type(v).__name__, repr(v)) for k, v in values.items())}")
+    SideEffect.objects.create(
+        key=f"{key}:{sorted((k, type(v).__name__, repr(v)) for k, v in values.items())}"
+    )

@@ -18,19 +18,25 @@ class Command(BaseCommand):
     help = "Run django_jobs workers: retries, timeouts, leases and dead letters included."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("queues", nargs="*", help="Queues to serve, highest priority first (default: all).")
+        parser.add_argument(
+            "queues", nargs="*", help="Queues to serve, highest priority first (default: all)."
+        )
         parser.add_argument("--concurrency", type=int, default=1, help="Work processes to run (default 1).")
         parser.add_argument("--burst", action="store_true", help="Exit once the queues are empty.")
         parser.add_argument("--max-jobs", type=int, default=0, help="Each work process stops after N jobs.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.DEBUG:
-            logger.warning("DEBUG=True: django_jobs resets the query log after each job, but DEBUG slows workers.")
+            logger.warning(
+                "DEBUG=True: django_jobs resets the query log after each job, but DEBUG slows workers."
+            )
         try:
             supervisor = build_supervisor(
-                options["queues"], concurrency=options["concurrency"], burst=options["burst"],
+                options["queues"],
+                concurrency=options["concurrency"],
+                burst=options["burst"],
                 max_jobs=options["max_jobs"],
-            )  # fmt: skip
+            )
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
         code = supervisor.run()
