@@ -29,6 +29,7 @@ from .conf import jobs_settings
 from .connections import get_connection, queue_config
 from .exceptions import TransactionAmbiguous
 from .models import OutboxEntry
+from .signals import job_enqueued
 from .store import Store, rq_timestamp
 
 if TYPE_CHECKING:
@@ -181,7 +182,8 @@ def _write_outbox(alias: str, envelopes: list[Envelope]) -> None:
         pending = _pending.by_alias.setdefault(alias, {})
         for envelope in envelopes:
             pending[envelope.id] = envelope
-        transaction.on_commit(lambda: _flush(alias, envelopes[0].id), using=alias)
+        # robust: a failure after commit is logged, never turned into an error for a committed request
+        transaction.on_commit(lambda: _flush(alias, envelopes[0].id), using=alias, robust=True)
     # With autocommit off and no atomic block Django has no on-commit hook: the relay delivers.
 
 
@@ -207,6 +209,8 @@ def enqueue_calls(
             build(definition.name, definition.queue, definition.timeout, encoded_args, encoded_kwargs, delay)
         )
     deliver(envelopes, using=using)
+    for envelope in envelopes:
+        job_enqueued.send(sender=envelope.name, job_id=envelope.id, queue=envelope.queue)
     return [JobHandle(e.id, e.name, e.queue) for e in envelopes]
 
 

@@ -20,6 +20,7 @@ from django.db import connections, reset_queries
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import deadletter, metrics, payload, registry
+from .conf import jobs_settings
 from .exceptions import JobNotFound, JobTimeout, PayloadError, WorkerLost
 from .models import DeadLetter
 from .policy import Verdict, classify
@@ -196,25 +197,19 @@ def log_outcome(
     outcome: Outcome, name: str, claimed: Claimed, duration: float, exc: BaseException | None = None
 ) -> None:
     """The one line per job outcome; failures carry ``exc_info`` for error trackers."""
-    logger.log(
-        _LEVELS.get(outcome, logging.WARNING),
-        "job=%s id=%s queue=%s attempt=%d outcome=%s duration=%.4f",
-        name,
-        claimed.id,
-        claimed.queue,
-        claimed.attempt,
-        outcome.value,
-        duration,
-        extra={
-            "job": name,
-            "job_id": claimed.id,
-            "queue": claimed.queue,
-            "attempt": claimed.attempt,
-            "outcome": outcome.value,
-            "duration": duration,
-        },
-        exc_info=exc,
-    )
+    fields = {
+        "job": name,
+        "job_id": claimed.id,
+        "queue": claimed.queue,
+        "attempt": claimed.attempt,
+        "outcome": outcome.value,
+        "duration": round(duration, 6),
+    }
+    if jobs_settings.LOG_FORMAT == "json":
+        message = json.dumps(fields)
+    else:
+        message = " ".join(f"{key}={value}" for key, value in fields.items())
+    logger.log(_LEVELS.get(outcome, logging.WARNING), message, extra=fields, exc_info=exc)
 
 
 def queue_wait(claimed: Claimed) -> float | None:
