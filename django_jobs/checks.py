@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from rq.serializers import JSONSerializer, resolve_serializer
 
 from . import registry
 from .conf import DEFAULTS, jobs_settings
 
-PICKLE_FREE = {
-    "rq.serializers.JSONSerializer",
-    "rq.serializers.json_serializer",
-    "django_jobs.serializers.JSON",
-}
 MODES = ("queue", "immediate", "capture")
 
 
@@ -55,15 +52,16 @@ def check_apps(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
     return problems
 
 
-def _serializer_path(config: dict[str, Any]) -> str | None:
-    """The dotted path of the serializer a queue's jobs are decoded with (django-rq's rules)."""
-    rq_settings = getattr(settings, "RQ", None)
-    serializer = config.get("SERIALIZER") or (
-        rq_settings.get("SERIALIZER") if isinstance(rq_settings, dict) else None
-    )
-    if serializer is None or isinstance(serializer, str):
-        return serializer
-    return f"{serializer.__module__}.{getattr(serializer, '__qualname__', type(serializer).__qualname__)}"
+def _serializer_problem(config: Any) -> str | None:
+    """Why django-rq would not decode this queue's jobs with JSON (it reads only the queue's key)."""
+    serializer = config.get("SERIALIZER") if isinstance(config, dict) else None
+    try:
+        resolved = resolve_serializer(serializer)
+    except Exception as exc:
+        return f"SERIALIZER {serializer!r} cannot be loaded ({exc})"
+    if isinstance(resolved, type) and issubclass(resolved, JSONSerializer):
+        return None
+    return f"SERIALIZER is {serializer or 'unset'}, so pickle"
 
 
 def _queue_problems() -> list[CheckMessage]:
@@ -79,11 +77,11 @@ def _queue_problems() -> list[CheckMessage]:
         ]
     problems: list[CheckMessage] = []
     for name, config in queues.items():
-        path = _serializer_path(config)
-        if path not in PICKLE_FREE:
+        problem = _serializer_problem(config)
+        if problem is not None:
             problems.append(
                 Error(
-                    f"Queue {name!r} would decode jobs with pickle (SERIALIZER is {path or 'unset'}).",
+                    f"Queue {name!r} would not decode jobs with JSON: {problem}.",
                     hint=f'Set RQ_QUEUES[{name!r}]["SERIALIZER"] = "rq.serializers.JSONSerializer": '
                     "django-rq's views decode jobs with it, and pickle runs code from Redis.",
                     id="django_jobs.E003",
@@ -146,7 +144,8 @@ def _jobs_setting_problems() -> list[CheckMessage]:
         "MAX_PAYLOAD_BYTES",
     ):
         value = given.get(key, DEFAULTS[key])
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value <= 0:
             problems.append(
                 Error(
                     f"JOBS[{key!r}] must be a positive number, got {value!r}.",

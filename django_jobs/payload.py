@@ -35,7 +35,7 @@ def _encode_datetime(value: dt.datetime, where: str) -> dict[str, str]:
     if value.tzinfo is None or value.utcoffset() is None:
         raise _fail(where, "is a naive datetime; pass an aware one (django.utils.timezone.now()).")
     tagged = {TAG: "datetime", "v": value.isoformat()}
-    if isinstance(value.tzinfo, zoneinfo.ZoneInfo):
+    if isinstance(value.tzinfo, zoneinfo.ZoneInfo) and value.tzinfo.key:  # from_file() zones have no key
         tagged["tz"] = value.tzinfo.key
     return tagged
 

@@ -41,6 +41,8 @@ class RetryPolicy:
 
     def ceiling(self, attempt: int) -> float:
         """The longest wait after failed attempt number ``attempt`` (1-based)."""
+        if self.base == 0 or self.factor == 1:  # no growth: nothing can overflow
+            return min(self.max_delay, self.base)
         try:
             return min(self.max_delay, self.base * float(self.factor) ** max(attempt - 1, 0))
         except OverflowError:

@@ -163,6 +163,8 @@ def job(
         job_name = name or f"{fn.__module__}.{fn.__qualname__}"
         if not isinstance(queue, str) or not queue:
             raise ValueError(f"@job {job_name!r}: queue must be a non-empty string, got {queue!r}.")
+        if isinstance(aliases, str) or not all(isinstance(a, str) and a for a in aliases):
+            raise ValueError(f"@job {job_name!r}: aliases= takes a list of names, got {aliases!r}.")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ValueError(f"@job {job_name!r}: retry= takes a RetryPolicy, got {retry!r}.")
         definition = Job(

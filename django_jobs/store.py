@@ -183,13 +183,18 @@ return 1
 """
 
 # Extend the leases of running jobs. ARGV[1] lease seconds, ARGV[2..] tokens. XX: never resurrect.
+# Returns the tokens whose lease is gone: another runjobs has taken those jobs back.
 _HEARTBEAT = (
     _NOW
     + """
+local gone = {}
 for i = 2, #ARGV do
-  redis.call('ZADD', 'djjobs:leases', 'XX', now + tonumber(ARGV[1]), ARGV[i])
+  if redis.call('ZADD', 'djjobs:leases', 'XX', 'CH', now + tonumber(ARGV[1]), ARGV[i]) == 0
+     and not redis.call('ZSCORE', 'djjobs:leases', ARGV[i]) then
+    table.insert(gone, ARGV[i])
+  end
 end
-return #ARGV - 1
+return gone
 """
 )
 
@@ -354,9 +359,11 @@ class Store:
         """Put a running job back at the head of its queue without spending an attempt."""
         return bool(self._release(args=[token, queue]))
 
-    def heartbeat(self, tokens: Sequence[str], lease_seconds: float) -> None:
-        if tokens:
-            self._heartbeat(args=[lease_seconds, *tokens])
+    def heartbeat(self, tokens: Sequence[str], lease_seconds: float) -> set[str]:
+        """Extend these leases; returns the tokens that no longer hold one."""
+        if not tokens:
+            return set()
+        return {_text(t) for t in self._heartbeat(args=[lease_seconds, *tokens])}
 
     def maintain(self, queues: Sequence[str], batch: int = 500) -> tuple[int, int]:
         """Reap expired leases into LOST and promote due scheduled jobs; returns both counts."""

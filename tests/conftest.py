@@ -16,6 +16,8 @@ import redis
 from django.conf import settings
 from django.db import connections
 
+from tests.chaos import RedisServer
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -118,3 +120,17 @@ def runjobs(redis_url: str) -> Iterator[Callable[..., Runjobs]]:
     for process in started:
         process.kill_tree()
         process.log.close()
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path, settings) -> Iterator[RedisServer]:
+    """A Redis server this test may stop, freeze and restart; the test's queues point at it."""
+    server = RedisServer(tmp_path)
+    server.start()
+    settings.RQ_QUEUES = {name: {**config, "URL": server.url} for name, config in settings.RQ_QUEUES.items()}
+    yield server
+    server.close()
+
+
+#: Seconds each outage lasts in the chaos tests; raise it (e.g. 600) for the long run.
+OUTAGE_SECONDS = float(os.environ.get("JOBS_CHAOS_OUTAGE_SECONDS", "3"))

@@ -70,7 +70,8 @@ else:
         "TEST": {"NAME": _file},
     }
     _other = {**_default, "NAME": _default["NAME"] + "-other", "TEST": {"NAME": _file + "-other"}}
-DATABASES = {"default": _default, "other": _other}
+# A runjobs subprocess gets only the default database: the "other" one exists only for tests that ask.
+DATABASES = {"default": _default} if _test_name else {"default": _default, "other": _other}
 
 REDIS_URL = os.environ.get("JOBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 RQ_QUEUES = {

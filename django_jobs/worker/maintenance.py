@@ -19,6 +19,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError, ResponseError
 
 from .. import deadletter, execution, idempotency, metrics
+from ..conf import jobs_settings
 from ..enqueue import Envelope, push
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
@@ -87,7 +88,8 @@ class Maintenance:
 
     def finish_dying(self) -> None:
         """Write the rows of dead jobs whose worker died (or whose DB was down) before writing them."""
-        for job_id in self.store.dying(older_than=30):
+        # Past three leases, whoever was writing the row is gone (or the database was down).
+        for job_id in self.store.dying(older_than=3 * jobs_settings.LEASE_SECONDS):
             fields = self._fields(job_id)
             queue = fields.get("origin", b"").decode(errors="replace")
             try:

@@ -93,7 +93,12 @@ class WorkProcess:
             def arm(timeout: float, c: Claimed = claimed) -> None:
                 self._report(f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f}")
 
-            outcome = execution.run(store, claimed, on_start=arm)
+            try:
+                outcome = execution.run(store, claimed, on_start=arm)
+            except RedisError as exc:
+                # The outcome could not be recorded; the lease expires and the job is retried.
+                logger.warning("Redis unavailable while settling job %s (%s)", claimed.id, exc)
+                outcome = execution.Outcome.LOST
             if outcome is execution.Outcome.SUCCESS:
                 finished = (claimed.token, claimed.queue)
                 self._report("C")  # ran; keep the lease alive until the completion lands

@@ -44,6 +44,7 @@ class Slot:
     buffer: bytes = b""
     timed_out: bool = False
     handed_back: bool = False
+    abandoned: bool = False  # its lease was taken back: nothing left to settle
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
@@ -167,7 +168,7 @@ class Supervisor:
             os.close(slot.fd)
             self._unregister(slot)
             code = os.waitstatus_to_exitcode(status)
-            if slot.token is not None:
+            if slot.token is not None and not slot.abandoned:
                 self._settle_orphan(slot)
             if code != 0 or slot.token is not None:
                 self.deaths.append(time.monotonic())
@@ -232,6 +233,17 @@ class Supervisor:
                     slot.handed_back = True
                 self._signal(slot.pid, signal.SIGKILL)
 
+    def _fence(self, gone: set[str]) -> None:
+        """Kill attempts whose lease was taken back (e.g. after a long Redis outage), so a job
+        never runs twice at once; whoever took the lease runs or settles the job."""
+        for slot in self.slots.values():
+            if slot.token in gone and slot.deadline is not None and not slot.abandoned:
+                logger.error(
+                    "Lease of job %s was taken back; stopping its attempt in process %d", slot.token, slot.pid
+                )
+                slot.abandoned = True
+                self._signal(slot.pid, signal.SIGKILL)
+
     # --- Redis bookkeeping -----------------------------------------------------------------------
 
     def _heartbeat(self, now: float) -> None:
@@ -240,7 +252,8 @@ class Supervisor:
         lease = jobs_settings.LEASE_SECONDS
         self._next_heartbeat = now + lease / 3
         try:
-            self.store.heartbeat([s.token for s in self.slots.values() if s.token], lease)
+            gone = self.store.heartbeat([s.token for s in self.slots.values() if s.token], lease)
+            self._fence(gone)
             self._register(lease)
         except RedisError as exc:
             logger.warning("Heartbeat failed (%s); retrying.", exc)

@@ -1,6 +1,7 @@
 """Jobs the test suite enqueues. Each leaves a SideEffect row (or a marker file) to prove it ran."""
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -90,3 +91,39 @@ def echo_types(key: str, **values: object) -> None:
     SideEffect.objects.create(
         key=f"{key}:{sorted((k, type(v).__name__, repr(v)) for k, v in values.items())}"
     )
+
+
+@job(name="tests.slow", timeout=30, retry=FAST)
+def slow(key: str, seconds: float) -> None:
+    """Records when each attempt starts and ends, so tests can see overlaps and recoveries."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    time.sleep(seconds)
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.kill_always", timeout=10, retry=FAST)
+def kill_always(key: str) -> None:
+    """A poison job that takes its work process down on every attempt."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@job(
+    name="tests.regex_bomb", timeout=1, retry=RetryPolicy(max_attempts=2, base=0.05, factor=1, max_delay=0.05)
+)
+def regex_bomb(key: str) -> None:
+    """Catastrophic backtracking: minutes inside C code that never checks for signals."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    re.match(r"(a+)+$", "a" * 40 + "b")
+
+
+SOAK = RetryPolicy(max_attempts=20, base=0.05, factor=2, max_delay=0.5)
+
+
+@job(name="tests.soak", timeout=10, retry=SOAK)
+def soak(key: str, seconds: float) -> None:
+    SideEffect.objects.create(key=f"attempt:{key}")
+    time.sleep(seconds)
+    with idempotent(f"soak:{key}") as first:
+        if first:
+            SideEffect.objects.create(key=key)

@@ -1,0 +1,11 @@
+"""WSGI entry point, so the shop runs under any WSGI server as well as ``runserver``."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.wsgi import get_wsgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.settings")
+
+application = get_wsgi_application()

@@ -1,0 +1,233 @@
+"""The helpers projects use in their own tests: capture_jobs(), immediate_jobs() and the pytest fixtures."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+import zoneinfo
+from decimal import Decimal
+
+import pytest
+from django.conf import settings
+from django.db import transaction
+from django.test import TestCase
+
+from django_jobs.conf import jobs_settings
+from django_jobs.exceptions import PayloadError
+from django_jobs.models import OutboxEntry
+from django_jobs.testing import Captured, CapturedJob, capture_jobs, immediate_jobs
+from tests.testapp import jobs
+from tests.testapp.models import Item, SideEffect
+
+
+def keys():
+    return sorted(SideEffect.objects.values_list("key", flat=True))
+
+
+# --- capture_jobs() ------------------------------------------------------------------------------
+
+
+def test_capture_records_jobs_with_decoded_args_and_queues_nothing(redis_db):
+    user_id = uuid.UUID(int=42)
+    with capture_jobs() as captured:
+        handle = jobs.record.enqueue("a")
+        jobs.echo_types.enqueue("b", user=user_id, amount=Decimal("1.10"), day=dt.date(2026, 1, 2))
+    assert len(captured) == 2
+    first, second = captured
+    assert first == CapturedJob(id=handle.id, name="tests.record", queue="default", args=["a"], kwargs={})
+    assert second.name == "tests.echo_types"
+    assert second.kwargs == {"user": user_id, "amount": Decimal("1.10"), "day": dt.date(2026, 1, 2)}
+    assert type(second.kwargs["user"]) is uuid.UUID
+    assert str(second.kwargs["amount"]) == "1.10"
+    assert redis_db.dbsize() == 0
+
+
+def test_capture_switches_mode_only_inside_the_block():
+    before = jobs_settings.MODE
+    with capture_jobs():
+        assert jobs_settings.MODE == "capture"
+    assert jobs_settings.MODE == before == "queue"
+    assert settings.JOBS.get("MODE") is None  # the test settings are restored as they were
+
+
+def test_capture_still_refuses_bad_payloads():
+    with capture_jobs() as captured, pytest.raises(PayloadError, match=r"item\.pk"):
+        jobs.record.enqueue(Item(pk=1, name="x"))
+    assert len(captured) == 0
+
+
+def test_assert_enqueued_matches_exact_arguments():
+    when = dt.datetime(2026, 3, 29, 1, 30, tzinfo=zoneinfo.ZoneInfo("Europe/Paris"))
+    with capture_jobs() as captured:
+        handle = jobs.fails_then_succeeds.enqueue("k", failures=2)
+        jobs.echo_types.enqueue("t", when=when)
+    found = captured.assert_enqueued(jobs.fails_then_succeeds, "k", failures=2)
+    assert found.id == handle.id
+    assert (
+        captured.assert_enqueued("tests.echo_types", "t", when=when).kwargs["when"].tzinfo.key
+        == "Europe/Paris"
+    )
+    assert [j.name for j in captured.named(jobs.echo_types)] == ["tests.echo_types"]
+
+
+@pytest.mark.parametrize(
+    ("job", "args", "kwargs"),
+    [
+        (jobs.record, ("other",), {}),  # wrong argument
+        (jobs.record, ("a", "b"), {}),  # extra argument
+        (jobs.record, (), {"key": "a"}),  # positional vs keyword matters
+        (jobs.renamed, ("a",), {}),  # a job that was not enqueued
+    ],
+)
+def test_assert_enqueued_fails_with_what_was_captured(job, args, kwargs):
+    with capture_jobs() as captured:
+        jobs.record.enqueue("a")
+        jobs.record.enqueue("z")
+    with pytest.raises(AssertionError) as info:
+        captured.assert_enqueued(job, *args, **kwargs)
+    message = str(info.value)
+    assert repr(args) in message and repr(kwargs) in message  # what was expected
+    assert (
+        "('tests.record', ['a'], {})" in message and "('tests.record', ['z'], {})" in message
+    )  # what was seen
+
+
+def test_assert_enqueued_fails_when_the_same_call_was_enqueued_twice():
+    with capture_jobs() as captured:
+        jobs.record.enqueue("a")
+        jobs.record.enqueue("a")
+    with pytest.raises(AssertionError, match=r"expected one"):
+        captured.assert_enqueued(jobs.record, "a")
+
+
+@pytest.mark.django_db
+def test_captured_jobs_can_be_run_afterwards():
+    with capture_jobs() as captured:
+        jobs.record.enqueue("later")
+    assert keys() == []
+    captured.run()
+    assert keys() == ["later"]
+
+
+def test_nested_capture_blocks_both_see_inner_jobs():
+    with capture_jobs() as outer:
+        jobs.record.enqueue("1")
+        with capture_jobs() as inner:
+            jobs.record.enqueue("2")
+        jobs.record.enqueue("3")
+    assert [j.args for j in inner] == [["2"]]
+    assert [j.args for j in outer] == [["1"], ["2"], ["3"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_capture_inside_a_rolled_back_transaction_records_nothing(redis_db):
+    with capture_jobs() as captured:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            jobs.record.enqueue("never")
+            raise RuntimeError("rollback")
+        assert len(captured) == 0
+    assert len(captured) == 0
+    assert OutboxEntry.objects.count() == 0
+    assert redis_db.dbsize() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_capture_inside_a_transaction_records_at_commit():
+    with capture_jobs() as captured:
+        with transaction.atomic():
+            jobs.record.enqueue("committed")
+            assert len(captured) == 0  # not before the commit
+        assert [j.args for j in captured] == [["committed"]]
+    assert OutboxEntry.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_capture_drops_jobs_of_a_rolled_back_savepoint_only():
+    with capture_jobs() as captured:
+        with transaction.atomic():
+            jobs.record.enqueue("outer")
+            with pytest.raises(RuntimeError), transaction.atomic():
+                jobs.record.enqueue("inner")
+                raise RuntimeError
+        assert [j.args for j in captured] == [["outer"]]
+
+
+# --- immediate_jobs() ----------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_immediate_runs_the_job_inline_with_decoded_args(redis_db):
+    with immediate_jobs():
+        jobs.record.enqueue("now")
+        assert keys() == ["now"]
+        jobs.echo_types.enqueue("t", amount=Decimal("1.10"), user=uuid.UUID(int=1))
+    row = SideEffect.objects.exclude(key="now").get().key
+    assert "('amount', 'Decimal', \"Decimal('1.10')\")" in row
+    assert "('user', 'UUID', \"UUID('00000000-0000-0000-0000-000000000001')\")" in row
+    assert redis_db.dbsize() == 0
+
+
+@pytest.mark.django_db
+def test_immediate_propagates_the_jobs_exception():
+    with immediate_jobs(), pytest.raises(ConnectionError, match="upstream down"):
+        jobs.always_fails.enqueue("x")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_immediate_inside_a_transaction_runs_at_commit():
+    with immediate_jobs():
+        with transaction.atomic():
+            jobs.record.enqueue("at-commit")
+            assert keys() == []  # not yet: the transaction might still roll back
+        assert keys() == ["at-commit"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_immediate_inside_a_rolled_back_transaction_never_runs():
+    with immediate_jobs(), pytest.raises(RuntimeError), transaction.atomic():
+        jobs.record.enqueue("never")
+        raise RuntimeError
+    assert keys() == []
+    assert OutboxEntry.objects.count() == 0
+
+
+# --- Django TestCase -----------------------------------------------------------------------------
+
+
+class HelpersInsideTestCase(TestCase):
+    """TestCase wraps each test in a transaction that never commits; the helpers must not wait for it."""
+
+    def test_capture_works_without_capture_on_commit_callbacks(self):
+        with capture_jobs() as captured:
+            jobs.record.enqueue("in-testcase")
+        captured.assert_enqueued(jobs.record, "in-testcase")
+        assert OutboxEntry.objects.count() == 0
+
+    def test_immediate_works_without_capture_on_commit_callbacks(self):
+        with immediate_jobs():
+            jobs.record.enqueue("in-testcase")
+        assert list(SideEffect.objects.values_list("key", flat=True)) == ["in-testcase"]
+
+    def test_immediate_jobs_see_rows_of_the_test(self):
+        item = Item.objects.create(name="widget")
+        with immediate_jobs():
+            jobs.record.enqueue(f"item:{item.pk}")
+        assert SideEffect.objects.filter(key=f"item:{item.pk}").exists()
+
+
+# --- pytest fixtures -----------------------------------------------------------------------------
+
+
+def test_jobs_captured_fixture(jobs_captured, redis_db):
+    assert isinstance(jobs_captured, Captured)
+    jobs.record.enqueue("fixture")
+    jobs_captured.assert_enqueued(jobs.record, "fixture")
+    assert len(jobs_captured) == 1
+    assert redis_db.dbsize() == 0
+
+
+@pytest.mark.django_db
+def test_jobs_immediate_fixture(jobs_immediate, redis_db):
+    jobs.record.enqueue("fixture")
+    assert keys() == ["fixture"]
+    assert redis_db.dbsize() == 0
