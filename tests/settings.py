@@ -1,6 +1,8 @@
 """Settings for django_jobs' own test suite: real Redis, and SQLite or PostgreSQL (JOBS_TEST_DB)."""
 
 import os
+
+import django
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +88,8 @@ JOBS = {
     "MAINTENANCE_INTERVAL": 0.1,
 }
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
-ADMINS = [("Ops", "ops@example.com")]
+# Django 6.0 takes plain addresses and deprecates (name, address) pairs; 5.2 takes only pairs.
+ADMINS = ["ops@example.com"] if django.VERSION >= (6, 0) else [("Ops", "ops@example.com")]
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
