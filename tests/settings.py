@@ -1,10 +1,10 @@
 """Settings for django_jobs' own test suite: real Redis, and SQLite or PostgreSQL (JOBS_TEST_DB)."""
 
 import os
-
-import django
 from pathlib import Path
 from typing import Any
+
+import django
 
 BASE = Path(__file__).resolve().parent
 SECRET_KEY = "tests-only"
