@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from django.db import DatabaseError, connections, router
 from django.utils import timezone
@@ -28,22 +29,31 @@ from ..store import Claimed, Store, split_token
 logger = logging.getLogger("django_jobs.worker")
 
 
+def _guarded(what: str, action: Callable[[], object]) -> None:
+    """Run one duty or item; a failure is logged and retried next time, never fatal."""
+    try:
+        action()
+    except (RedisError, DatabaseError) as exc:
+        logger.warning("%s skipped (%s); will retry.", what, exc)
+    except Exception:
+        logger.exception("%s failed", what)
+
+
 class Every:
-    """Runs a duty at most once per ``seconds``; a failing duty is logged and tried next time."""
+    """Runs a duty at most once per ``seconds``."""
 
     def __init__(self, seconds: float, duty: Callable[[], object]) -> None:
         self.seconds, self.duty, self.next = seconds, duty, 0.0
 
     def __call__(self, now: float) -> None:
-        if now < self.next:
-            return
-        self.next = now + self.seconds
-        try:
-            self.duty()
-        except (RedisError, DatabaseError) as exc:
-            logger.warning("%s skipped: %s", getattr(self.duty, "__name__", self.duty), exc)
-        except Exception:
-            logger.exception("%s failed", getattr(self.duty, "__name__", self.duty))
+        if now >= self.next:
+            self.next = now + self.seconds
+            _guarded(getattr(self.duty, "__name__", "duty"), self.duty)
+
+
+def _text(fields: dict[str, bytes], name: str, default: str) -> str:
+    value = fields.get(name)
+    return default if value is None else value.decode(errors="replace")
 
 
 class Maintenance:
@@ -64,7 +74,7 @@ class Maintenance:
     def promote_and_reap(self) -> None:
         self.store.maintain(self.queues)
         for token in self.store.lost_tokens():
-            self._settle_lost(token)
+            _guarded(f"settling {token}", partial(self._settle_lost, token))
 
     def _settle_lost(self, token: str) -> None:
         job_id = split_token(token)
@@ -90,28 +100,25 @@ class Maintenance:
         """Write the rows of dead jobs whose worker died (or whose DB was down) before writing them."""
         # Past three leases, whoever was writing the row is gone (or the database was down).
         for job_id in self.store.dying(older_than=3 * jobs_settings.LEASE_SECONDS):
-            fields = self._fields(job_id)
-            queue = fields.get("origin", b"").decode(errors="replace")
-            try:
-                history = json.loads(fields.get("dj_history", b"[]"))
-            except ValueError:
-                history = []
-            failure = deadletter.Failure(
-                job_id=job_id,
-                queue=queue,
-                reason=fields.get("dj_reason", DeadLetter.Reason.UNDECODABLE.value.encode()).decode(
-                    errors="replace"
-                ),
-                exception=fields.get("dj_exception", b"django_jobs.exceptions.PayloadError").decode(
-                    errors="replace"
-                ),
-                message=fields.get("dj_message", b"The job hash in Redis is not a django_jobs job.").decode(
-                    errors="replace"
-                ),
-                traceback=fields.get("exc_info", b"").decode(errors="replace"),
-                history=history if isinstance(history, list) else [],
-            )
-            deadletter.bury(self.store, failure, fields)
+            _guarded(f"dead-lettering {job_id}", partial(self._bury, job_id))
+
+    def _bury(self, job_id: str) -> None:
+        fields = self._fields(job_id)
+        queue = _text(fields, "origin", "")
+        try:
+            history = json.loads(fields.get("dj_history", b"[]"))
+        except ValueError:
+            history = []
+        failure = deadletter.Failure(
+            job_id=job_id,
+            queue=queue,
+            reason=_text(fields, "dj_reason", DeadLetter.Reason.UNDECODABLE.value),
+            exception=_text(fields, "dj_exception", "django_jobs.exceptions.PayloadError"),
+            message=_text(fields, "dj_message", "The job hash in Redis is not a django_jobs job."),
+            traceback=_text(fields, "exc_info", ""),
+            history=history if isinstance(history, list) else [],
+        )
+        deadletter.bury(self.store, failure, fields)
 
     def relay_outbox(self, batch: int = 500) -> None:
         """Push outbox rows the on-commit push missed, and prune rows already delivered."""

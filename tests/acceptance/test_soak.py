@@ -76,7 +76,10 @@ def test_every_job_ends_exactly_once_while_workers_are_killed(private_redis, run
     for key, at in SideEffect.objects.filter(key__startswith="attempt:").values_list("key", "created_at"):
         starts.setdefault(key, []).append(at.timestamp())
     gaps = [
-        b - a for times in starts.values() if len(times) > 1 for a, b in zip(sorted(times), sorted(times)[1:])
+        b - a
+        for times in starts.values()
+        if len(times) > 1
+        for a, b in zip(sorted(times), sorted(times)[1:], strict=False)
     ]
     report = {
         "jobs": JOBS,
