@@ -7,6 +7,7 @@ The worker never imports a dotted path read from Redis: a job runs only if a
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +39,8 @@ class Job(Generic[P, R]):
     retry: RetryPolicy | None = None
     permanent: tuple[type[BaseException], ...] = ()
     aliases: tuple[str, ...] = field(default=())
+    concurrency: int | None = None
+    rate: tuple[int, float] | None = None
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """A plain call runs the function inline, as if it were not a job."""
@@ -60,6 +63,12 @@ class Job(Generic[P, R]):
 
         seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else float(delay)
         return enqueue_calls(self, [(args, kwargs)], delay=seconds)[0]
+
+    def enqueue_at(self, when: dt.datetime, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Queue one run to start at ``when``, an aware datetime (RQ would read a naive one as local time)."""
+        if when.tzinfo is None or when.utcoffset() is None:
+            raise ValueError(f"enqueue_at() needs an aware datetime, got the naive {when!r}.")
+        return self.enqueue_in((when - dt.datetime.now(dt.UTC)).total_seconds(), *args, **kwargs)
 
     def enqueue_many(
         self, calls: Iterable[Sequence[Any] | Mapping[str, Any]], *, using: str | None = None
@@ -109,6 +118,40 @@ def _check_permanent(name: str, permanent: object) -> tuple[type[BaseException],
     return tuple(items)  # type: ignore[arg-type]
 
 
+_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _check_limits(
+    name: str, concurrency: object, rate: object
+) -> tuple[int | None, tuple[int, float] | None]:
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ValueError(f"@job {name!r}: concurrency must be a positive int, got {concurrency!r}.")
+    if rate is None:
+        return concurrency, None
+    try:
+        count, _, unit = str(rate).partition("/")
+        parsed = (int(count), _PERIODS[unit])
+    except (ValueError, KeyError):
+        raise ValueError(
+            f"@job {name!r}: rate looks like '10/s', '100/m', '1000/h' or '5/d', got {rate!r}."
+        ) from None
+    if parsed[0] < 1:
+        raise ValueError(f"@job {name!r}: rate must allow at least one start, got {rate!r}.")
+    return concurrency, parsed
+
+
+def limits_json() -> str:
+    """The concurrency and rate limits of every registered name, as the claim script reads them."""
+    limits = {
+        key: [d.concurrency or 0, d.rate[0] if d.rate else 0, d.rate[1] if d.rate else 1]
+        for key, d in _registry.items()
+        if d.concurrency or d.rate
+    }
+    return json.dumps(limits)
+
+
 def _register(definition: Job[Any, Any]) -> None:
     with _lock:
         for key in (definition.name, *definition.aliases):
@@ -139,6 +182,8 @@ def job(
     retry: RetryPolicy | None = None,
     permanent: tuple[type[BaseException], ...] | type[BaseException] = (),
     aliases: Sequence[str] = (),
+    concurrency: int | None = None,
+    rate: str | None = None,
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -152,8 +197,14 @@ def job(
     retry: RetryPolicy | None = None,
     permanent: tuple[type[BaseException], ...] | type[BaseException] = (),
     aliases: Sequence[str] = (),
+    concurrency: int | None = None,
+    rate: str | None = None,
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a function as a job. ``timeout`` is required; ``retry`` defaults to ``JOBS["DEFAULT_RETRY"]``.
+
+    ``concurrency`` caps how many run at once across every worker; ``rate`` ("10/s", "100/m") caps
+    how many start per period. A job over either limit waits in the scheduled set without using an
+    attempt or blocking a worker.
 
     Problems that do not depend on settings raise ``ValueError`` here, at import; an unknown
     queue is reported by ``manage.py check`` and at the first enqueue.
@@ -167,6 +218,7 @@ def job(
             raise ValueError(f"@job {job_name!r}: aliases= takes a list of names, got {aliases!r}.")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise ValueError(f"@job {job_name!r}: retry= takes a RetryPolicy, got {retry!r}.")
+        limits = _check_limits(job_name, concurrency, rate)
         definition = Job(
             func=fn,
             name=job_name,
@@ -175,6 +227,8 @@ def job(
             retry=retry,
             permanent=_check_permanent(job_name, permanent),
             aliases=tuple(aliases),
+            concurrency=limits[0],
+            rate=limits[1],
         )
         _register(definition)
         return definition

@@ -105,7 +105,8 @@ return seen
 
 # Finish the previous job (ARGV[1] token, ARGV[2] its queue, ARGV[3] ended_at, ARGV[4] finished ttl),
 # then claim the next one from the queues KEYS (in priority order).
-# ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce.
+# ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
+# ARGV[9] JSON {job name: [concurrency, rate count, rate period]}, ARGV[10] seconds a limited job waits.
 # The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
 # Nothing after the LPOP may raise: a script error would leave the popped id nowhere.
 # Returns {finished_ok, queue, id, token, fields} (fields as they were before the claim) or {finished_ok}.
@@ -122,6 +123,33 @@ if ARGV[1] ~= '' then
     redis.call('EXPIRE', 'rq:job:' .. id, ARGV[4])
   end
 end
+local limits = cjson.decode(ARGV[9])
+local backoff = tonumber(ARGV[10])
+local deferred = 0
+
+-- A job over its type's concurrency or rate limit waits in the scheduled set; no attempt is spent.
+local function blocked(name)
+  local limit = limits[name]
+  if not limit then return nil end
+  if limit[1] > 0 then
+    local slots = 'djjobs:slots:' .. name
+    local live = 0
+    for _, member in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
+      if redis.call('ZSCORE', 'djjobs:leases', member) then live = live + 1
+      else redis.call('ZREM', slots, member) end  -- its lease is gone: the slot is free again
+    end
+    if live >= limit[1] then return backoff end
+  end
+  if limit[2] > 0 then
+    local window = math.floor(now / limit[3])
+    local counter = 'djjobs:rate:' .. name .. ':' .. window
+    local started = redis.call('INCR', counter)
+    if started == 1 then redis.call('EXPIRE', counter, math.ceil(limit[3]) + 1) end
+    if started > limit[2] then return (window + 1) * limit[3] - now end
+  end
+  return nil
+end
+
 for _, queue in ipairs(KEYS) do
   local id = redis.call('LPOP', 'rq:queue:' .. queue)
   while id do
@@ -131,16 +159,28 @@ for _, queue in ipairs(KEYS) do
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
       redis.call('ZADD', 'djjobs:dying', now, id)
     elseif #fields > 0 then
-      local token = id .. ':' .. ARGV[8]
-      local attempt = 0
+      local attempt, name = 0, ''
       for i = 1, #fields, 2 do
-        if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0 end
+        if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
+        elseif fields[i] == 'description' then name = fields[i + 1] end
       end
-      redis.call('HSET', key, 'status', 'started', 'started_at', ARGV[7], 'worker_name', ARGV[5],
-                 'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
-      redis.call('ZADD', 'djjobs:leases', now + tonumber(ARGV[6]), token)
-      redis.call('ZADD', 'rq:wip:' .. queue, '+inf', token)
-      return {finished, queue, id, token, fields}
+      local wait = blocked(name)
+      if wait then
+        redis.call('HSET', key, 'status', 'scheduled')
+        redis.call('ZADD', 'rq:scheduled:' .. queue, now + wait + deferred * 0.01, id)
+        deferred = deferred + 1
+        if deferred >= 20 then return {finished, 'deferred'} end
+      else
+        local token = id .. ':' .. ARGV[8]
+        redis.call('HSET', key, 'status', 'started', 'started_at', ARGV[7], 'worker_name', ARGV[5],
+                   'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
+        redis.call('ZADD', 'djjobs:leases', now + tonumber(ARGV[6]), token)
+        redis.call('ZADD', 'rq:wip:' .. queue, '+inf', token)
+        if limits[name] and limits[name][1] > 0 then
+          redis.call('ZADD', 'djjobs:slots:' .. name, now, token)
+        end
+        return {finished, queue, id, token, fields}
+      end
     end
     id = redis.call('LPOP', 'rq:queue:' .. queue)
   end
@@ -335,15 +375,31 @@ class Store:
         lease_seconds: float,
         nonce: str,
         finished_ttl: int,
+        limits: str = "{}",
+        limit_wait: float = 0.5,
     ) -> tuple[bool, Claimed | None]:
-        """Finish ``(token, queue)`` if given, then claim the next job, in one round trip."""
+        """Finish ``(token, queue)`` if given, then claim the next job, in one round trip.
+
+        ``limits`` is the JSON from :func:`limits_json`; a job over its limit is deferred, not claimed.
+        """
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         token, done_queue = finished or ("", "")
-        reply = self._complete_and_claim(
-            keys=list(queues),
-            args=[token, done_queue, stamp, finished_ttl, worker_name, lease_seconds, stamp, nonce],
-        )
+        args: list[str | float] = [
+            token,
+            done_queue,
+            stamp,
+            finished_ttl,
+            worker_name,
+            lease_seconds,
+            stamp,
+            nonce,
+            limits,
+            limit_wait,
+        ]
+        reply = self._complete_and_claim(keys=list(queues), args=args)
         ok = bool(reply[0])
+        while len(reply) == 2:  # it deferred a batch of limited jobs: look behind them
+            reply = self._complete_and_claim(keys=list(queues), args=["", "", *args[2:]])
         if len(reply) == 1:
             return ok, None
         queue, job_id, token_b, flat = reply[1:]

@@ -121,6 +121,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
     store = Store(get_connection(names[0]))
     store.maintain(names)
     ran = 0
+    limits = registry.limits_json()
     finished: tuple[str, str] | None = None
     while ran < limit:
         _, claimed = store.complete_and_claim(
@@ -130,6 +131,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
             lease_seconds=jobs_settings.LEASE_SECONDS,
             nonce=f"t{ran}",
             finished_ttl=jobs_settings.FINISHED_TTL,
+            limits=limits,
         )
         if claimed is None:
             break

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution
+from .. import execution, registry
 from ..conf import jobs_settings
 from ..store import Claimed, Store, wake_key
 
@@ -64,6 +64,7 @@ class WorkProcess:
         parent = os.getppid()
         nonce_base = uuid.uuid4().hex[:12]
         finished: tuple[str, str] | None = None
+        limits = registry.limits_json()  # the registry is complete once Django is set up
         done = 0
         backoff = 0.1
         while True:
@@ -76,6 +77,7 @@ class WorkProcess:
                     lease_seconds=jobs_settings.LEASE_SECONDS,
                     nonce=f"{nonce_base}{done}",
                     finished_ttl=jobs_settings.FINISHED_TTL,
+                    limits=limits,
                 )
                 finished, backoff = None, 0.1
             except RedisError as exc:

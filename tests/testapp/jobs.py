@@ -127,3 +127,16 @@ def soak(key: str, seconds: float) -> None:
     with idempotent(f"soak:{key}") as first:
         if first:
             SideEffect.objects.create(key=key)
+
+
+@job(name="tests.limited", timeout=10, retry=FAST, concurrency=3)
+def limited(key: str, seconds: float) -> None:
+    """Records its start and end, so a test can compute how many ran at once."""
+    started = time.time()
+    time.sleep(seconds)
+    SideEffect.objects.create(key=f"{key}|{started}|{time.time()}")
+
+
+@job(name="tests.rated", timeout=10, retry=FAST, rate="5/m")
+def rated(key: str) -> None:
+    SideEffect.objects.create(key=key)
