@@ -189,7 +189,8 @@ return {finished}
 """
 )
 
-# Fenced failure of one attempt. ARGV: token, queue, delay seconds (retry) or -1 (dead),
+# Fenced failure of one attempt. ARGV: token, queue, delay seconds (retry; 0 = the head of the queue now)
+# or -1 (dead),
 # then field/value pairs to write on the job hash. A dead job moves to DYING until its row is written.
 _FAIL = (
     _NOW
@@ -199,7 +200,12 @@ local id = string.match(ARGV[1], '^(.*):[^:]*$')
 local key = 'rq:job:' .. id
 redis.call('ZREM', 'rq:wip:' .. ARGV[2], ARGV[1])
 if #ARGV > 3 then redis.call('HSET', key, unpack(ARGV, 4)) end
-if tonumber(ARGV[3]) >= 0 then
+if tonumber(ARGV[3]) == 0 then
+  -- no backoff (its worker died): straight back to the head of the queue, not behind a backlog
+  redis.call('HSET', key, 'status', 'queued')
+  redis.call('LPUSH', 'rq:queue:' .. ARGV[2], id)
+  redis.call('RPUSH', 'djjobs:wake:' .. ARGV[2], 1)
+elseif tonumber(ARGV[3]) > 0 then
   redis.call('HSET', key, 'status', 'scheduled')
   redis.call('ZADD', 'rq:scheduled:' .. ARGV[2], now + tonumber(ARGV[3]), id)
 else
