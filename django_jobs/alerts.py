@@ -1,46 +1,148 @@
-"""Alert hooks for dead letters. A failing hook is logged, never raised into the worker."""
+"""Alert hooks for dead letters, grouped by failure and rate-limited, so a flood is one alert.
+
+Dead letters with the same fingerprint (job name, exception class, raising frame) form a group.
+The first one alerts at once and opens a window of ``JOBS["ALERT_WINDOW"]`` seconds, kept in Redis
+so every worker process and host shares it; the rest of the window is only counted. When the
+window closes, ``flush()`` (a ``runjobs`` maintenance duty) sends one summary with the count and
+opens the next window, so a failure that goes on alerts once per window, never once per job.
+
+Each hook in ``JOBS["ALERT_HOOKS"]`` is called with an :class:`Alert`. A failing hook is logged,
+never raised into the worker; if Redis cannot be asked, the alert is sent unthrottled.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import posixpath
+import re
 import urllib.request
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.core.mail import mail_admins
 from django.utils.module_loading import import_string
+from redis import Redis
+from redis.exceptions import RedisError
 
 from .conf import jobs_settings
+from .connections import get_connection, queue_configs
+from .exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from .models import DeadLetter
 
 logger = logging.getLogger("django_jobs.alerts")
 
+DUE = "djjobs:alertdue"  # fingerprint -> when its window closes, for groups with counted dead letters
+#: Seconds a group's count outlives its window when no runjobs flushes it; the next alert reports it.
+_KEEP = 7 * 24 * 3600
 
-def log_and_mail_admins(dead_letter: DeadLetter) -> None:
+# KEYS: window marker, count, last counted dead letter, DUE. ARGV: window, dead letter pk, fingerprint, keep.
+# Returns how many dead letters to report now: this one plus any counted but never reported; 0 = only counted.
+_GATE = """
+if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
+  local earlier = tonumber(redis.call('GET', KEYS[2]) or '0')
+  redis.call('DEL', KEYS[2], KEYS[3])
+  redis.call('ZREM', KEYS[4], ARGV[3])
+  return earlier + 1
+end
+redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZADD', KEYS[4], 'NX', now + redis.call('PTTL', KEYS[1]) / 1000, ARGV[3])
+return 0
+"""
+
+# KEYS: DUE. ARGV: window, batch size. Returns {fingerprint, count, last dead letter pk} per closed window;
+# each summary opens the next window.
+_FLUSH = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local out = {}
+for _, fp in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[2])) do
+  redis.call('ZREM', KEYS[1], fp)
+  local count = tonumber(redis.call('GET', 'djjobs:alertcount:' .. fp) or '0')
+  local last = redis.call('GET', 'djjobs:alertlast:' .. fp)
+  redis.call('DEL', 'djjobs:alertcount:' .. fp, 'djjobs:alertlast:' .. fp)
+  if count > 0 and last then
+    redis.call('SET', 'djjobs:alert:' .. fp, '1', 'EX', ARGV[1])
+    table.insert(out, {fp, count, last})
+  end
+end
+return out
+"""
+
+_FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
+
+
+@dataclass(frozen=True)
+class Alert:
+    """What a hook receives: a dead letter and how many of its kind this alert stands for.
+
+    Attributes it lacks are read from the dead letter, so a hook written for a ``DeadLetter``
+    (``alert.job_name``, ``alert.traceback``) keeps working.
+    """
+
+    dead_letter: DeadLetter
+    fingerprint: str
+    count: int = 1
+    #: True when the window closed: ``dead_letter`` is the latest of ``count`` that were only counted.
+    summary: bool = False
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "dead_letter":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.dead_letter, name)
+
+    @property
+    def text(self) -> str:
+        entry = self.dead_letter
+        failure = f"{entry.exception}: {entry.message}"
+        if self.summary:
+            return (
+                f"{self.count} more dead letter(s) of job {entry.job_name} in the last "
+                f"{jobs_settings.ALERT_WINDOW:g} s, like {failure}"
+            )
+        more = f" ({self.count - 1} more like it since the last alert)" if self.count > 1 else ""
+        return f"Job {entry.job_name} dead-lettered after {entry.attempts} attempt(s): {failure}{more}"
+
+
+def log_and_mail_admins(alert: Alert) -> None:
     """The default hook: an ERROR line for the log pipeline, and a mail to ``settings.ADMINS``."""
-    summary = (
-        f"Job {dead_letter.job_name} dead-lettered after {dead_letter.attempts} attempt(s): "
-        f"{dead_letter.exception}: {dead_letter.message}"
+    entry = alert.dead_letter
+    logger.error(
+        alert.text,
+        extra={
+            "job_id": entry.job_id,
+            "dead_letter_id": entry.pk,
+            "fingerprint": alert.fingerprint,
+            "count": alert.count,
+        },
     )
-    logger.error(summary, extra={"job_id": dead_letter.job_id, "dead_letter_id": dead_letter.pk})
-    mail_admins(
-        f"[django_jobs] {dead_letter.job_name} dead-lettered", f"{summary}\n\n{dead_letter.traceback}"
-    )
+    times = f" ({alert.count}x)" if alert.count > 1 else ""
+    mail_admins(f"[django_jobs] {entry.job_name} dead-lettered{times}", f"{alert.text}\n\n{entry.traceback}")
 
 
-def webhook(url: str, timeout: float = 5.0) -> Callable[[DeadLetter], None]:
+def webhook(url: str, timeout: float = 5.0) -> Callable[[Alert], None]:
     """An example hook factory: POST a JSON summary to ``url`` (for a chat or paging webhook)."""
 
-    def hook(dead_letter: DeadLetter) -> None:
+    def hook(alert: Alert) -> None:
+        entry = alert.dead_letter
         body = json.dumps(
             {
-                "text": f"Job {dead_letter.job_name} dead-lettered: {dead_letter.message}",
-                "exception": dead_letter.exception,
-                "job_id": dead_letter.job_id,
-                "attempts": dead_letter.attempts,
+                "text": alert.text,
+                "job": entry.job_name,
+                "exception": entry.exception,
+                "job_id": entry.job_id,
+                "attempts": entry.attempts,
+                "fingerprint": alert.fingerprint,
+                "count": alert.count,
+                "summary": alert.summary,
             }
         ).encode()
         request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
@@ -49,11 +151,70 @@ def webhook(url: str, timeout: float = 5.0) -> Callable[[DeadLetter], None]:
     return hook
 
 
-def fire(dead_letter: DeadLetter) -> None:
-    """Run every configured hook; each failure is logged and the rest still run."""
+def fingerprint(dead_letter: DeadLetter) -> str:
+    """The group of a dead letter: its own ``fingerprint`` if it has one, else job, exception
+    class and the file and function of the raising frame (no line number, so edits and new
+    release directories do not split a group)."""
+    given = getattr(dead_letter, "fingerprint", "")
+    if given:
+        return str(given)
+    frames = _FRAME.findall(dead_letter.traceback)
+    where = f"{posixpath.basename(frames[-1][0])} in {frames[-1][1]}" if frames else ""
+    raw = f"{dead_letter.job_name}\n{dead_letter.exception}\n{where}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def _connection(queue: str) -> Redis:
+    """The Redis of the dead letter's queue: the one the ``runjobs`` that flushes its group uses."""
+    configs = queue_configs()
+    if not configs:
+        raise ConfigurationError("settings.RQ_QUEUES is empty")
+    return get_connection(queue if queue in configs else next(iter(configs)))
+
+
+def _gate(dead_letter: DeadLetter, key: str) -> int:
+    window = max(1, round(jobs_settings.ALERT_WINDOW))
+    keys = [f"djjobs:alert:{key}", f"djjobs:alertcount:{key}", f"djjobs:alertlast:{key}", DUE]
+    script = _connection(dead_letter.queue).register_script(_GATE)
+    return int(script(keys=keys, args=[window, dead_letter.pk, key, _KEEP]))
+
+
+def _run_hooks(alert: Alert) -> None:
     for path in jobs_settings.ALERT_HOOKS:
         try:
             hook = import_string(path) if isinstance(path, str) else path
-            hook(dead_letter)
+            hook(alert)
         except Exception:
             logger.exception("Dead-letter alert hook %r failed", path)
+
+
+def fire(dead_letter: DeadLetter) -> None:
+    """Alert on a new dead letter now, or only count it while its group's window is open."""
+    key = fingerprint(dead_letter)
+    try:
+        count = _gate(dead_letter, key)
+    except (RedisError, ConfigurationError) as exc:
+        logger.warning("Alert rate limit unavailable (%s); alerting without it.", exc)
+        count = 1
+    if count:
+        _run_hooks(Alert(dead_letter, key, count))
+
+
+def flush(connection: Redis, batch: int = 100) -> int:
+    """Send one summary for each group whose window closed with dead letters only counted.
+
+    Returns the number of summaries sent. Every ``runjobs`` may call it: the script hands each
+    closed window to one caller.
+    """
+    from .models import DeadLetter
+
+    window = max(1, round(jobs_settings.ALERT_WINDOW))
+    groups = [
+        (key.decode(), int(count), int(pk))
+        for key, count, pk in connection.register_script(_FLUSH)(keys=[DUE], args=[window, batch])
+    ]
+    entries = DeadLetter.objects.in_bulk([pk for _, _, pk in groups])
+    sent = [Alert(entries[pk], key, count, summary=True) for key, count, pk in groups if pk in entries]
+    for alert in sent:
+        _run_hooks(alert)
+    return len(sent)

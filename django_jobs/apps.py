@@ -10,6 +10,8 @@ class DjangoJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401  registers the system checks
+        from . import chains, checks, collectors  # noqa: F401  checks and chains register on import
+
+        collectors.register()  # the queue and dead-letter gauges join django-prometheus's /metrics
 
         autodiscover_modules("jobs")

@@ -6,13 +6,16 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from croniter import croniter
 from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.utils.module_loading import import_string
 from rq.serializers import JSONSerializer, resolve_serializer
 
 from . import registry
 from .conf import DEFAULTS, jobs_settings
+from .exceptions import JobNotFound
 
 MODES = ("queue", "immediate", "capture")
 
@@ -142,6 +145,8 @@ def _jobs_setting_problems() -> list[CheckMessage]:
         "REDIS_SOCKET_TIMEOUT",
         "MAINTENANCE_INTERVAL",
         "MAX_PAYLOAD_BYTES",
+        "ALERT_WINDOW",
+        "REQUEUE_RATE",
     ):
         value = given.get(key, DEFAULTS[key])
         number = isinstance(value, int | float) and not isinstance(value, bool)
@@ -161,6 +166,54 @@ def _jobs_setting_problems() -> list[CheckMessage]:
                 id="django_jobs.E010",
             )
         )
+    return [*problems, *_cron_problems(), *_redact_problems()]
+
+
+def _redact_problems() -> list[CheckMessage]:
+    hook = getattr(settings, "JOBS", {}).get("REDACT", DEFAULTS["REDACT"])
+    try:
+        resolved = import_string(hook) if isinstance(hook, str) else hook
+    except ImportError as exc:
+        resolved, problem = None, str(exc)
+    else:
+        problem = "" if callable(resolved) else f"{hook!r} is not callable"
+    if resolved is None or problem:
+        return [Error(f"JOBS['REDACT'] cannot be used: {problem}.",
+                      hint="A callable redact(data, *, job_name) -> data, or its dotted path.",
+                      id="django_jobs.E013")]  # fmt: skip
+    return []
+
+
+def _cron_problems() -> list[CheckMessage]:
+    cron = getattr(settings, "JOBS", {}).get("CRON", {})
+    if not isinstance(cron, dict):
+        return [
+            Error(
+                "JOBS['CRON'] must be a dict.",
+                hint="{job name: cron expression or None}",
+                id="django_jobs.E011",
+            )
+        ]
+    problems: list[CheckMessage] = []
+    for name, expression in cron.items():
+        try:
+            registry.get(name)
+        except JobNotFound:
+            problems.append(
+                Error(
+                    f"JOBS['CRON'] names {name!r}, which is not a registered job.",
+                    hint="Use the job's name= (see @job).",
+                    id="django_jobs.E011",
+                )
+            )
+        if expression is not None and not (isinstance(expression, str) and croniter.is_valid(expression)):
+            problems.append(
+                Error(
+                    f"JOBS['CRON'][{name!r}] = {expression!r} is not a cron expression.",
+                    hint='Five fields, or six with seconds last, e.g. "*/5 * * * *"; None disables.',
+                    id="django_jobs.E012",
+                )
+            )
     return problems
 
 

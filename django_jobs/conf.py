@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -21,6 +22,9 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 64 * 1024,
     # Dotted paths of callables alert(dead_letter) run after a job is dead-lettered.
     "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins"],
+    # Seconds after an alert during which dead letters of the same kind are only counted; the count
+    # goes out in one summary when the window closes.
+    "ALERT_WINDOW": 300,
     # Seconds a running job's lease lives without a heartbeat before another runjobs takes it back.
     "LEASE_SECONDS": 10,
     # Seconds between a job's soft timeout (exception in the job) and the hard kill of its process.
@@ -35,8 +39,15 @@ DEFAULTS: dict[str, Any] = {
     "REDIS_SOCKET_TIMEOUT": 2.0,
     # Seconds between the worker's maintenance passes (promote due jobs, reap leases, relay the outbox).
     "MAINTENANCE_INTERVAL": 0.25,
+    # Periodic jobs: {job name: cron expression (schedule or reschedule it) or None (disable it)}.
+    "CRON": {},
     # "text" or "json": the format of the one log line per job outcome.
     "LOG_FORMAT": "text",
+    # Jobs per second a bulk dead-letter requeue releases: later jobs wait in the scheduled set.
+    "REQUEUE_RATE": 20,
+    # redact(data, *, job_name) -> data (or its dotted path), applied to payloads before the admin or
+    # the deadletters command shows them.
+    "REDACT": "django_jobs.redaction.mask_secrets",
 }
 
 
@@ -71,6 +82,10 @@ class JobsSettings:
         return list(self.get("ALERT_HOOKS"))
 
     @property
+    def ALERT_WINDOW(self) -> float:
+        return float(self.get("ALERT_WINDOW"))
+
+    @property
     def LEASE_SECONDS(self) -> float:
         return float(self.get("LEASE_SECONDS"))
 
@@ -99,8 +114,21 @@ class JobsSettings:
         return float(self.get("MAINTENANCE_INTERVAL"))
 
     @property
+    def CRON(self) -> dict[str, str | None]:
+        return dict(self.get("CRON"))
+
+    @property
     def LOG_FORMAT(self) -> str:
         return str(self.get("LOG_FORMAT"))
+
+    @property
+    def REQUEUE_RATE(self) -> float:
+        return float(self.get("REQUEUE_RATE"))
+
+    @property
+    def REDACT(self) -> str | Callable[..., Any]:
+        hook: str | Callable[..., Any] = self.get("REDACT")
+        return hook
 
     @staticmethod
     def unknown_keys() -> list[tuple[str, str | None]]:

@@ -60,10 +60,15 @@ class Envelope:
     timeout: int
     due: float
     created_at: dt.datetime
+    unique_key: str = ""
+    debounce: float = 0.0
+    cron_run: int | None = None
 
     def fields(self) -> dict[str, Any]:
         stamp = rq_timestamp(self.created_at)
+        extra = {"dj_cron": self.cron_run} if self.cron_run is not None else {}
         return {
+            **extra,
             "data": self.data,
             "created_at": stamp,
             "enqueued_at": stamp,
@@ -72,6 +77,17 @@ class Envelope:
             "description": self.name,
             "timeout": self.timeout,
             "dj_attempt": 0,
+        }
+
+    def options(self) -> dict[str, Any]:
+        return {
+            key: value
+            for key, value in (
+                ("unique_key", self.unique_key),
+                ("debounce", self.debounce),
+                ("cron_run", self.cron_run),
+            )
+            if value
         }
 
     def row(self) -> OutboxEntry:
@@ -83,22 +99,47 @@ class Envelope:
             timeout=self.timeout,
             due=self.due,
             created_at=self.created_at,
+            options=self.options(),
         )
 
     @classmethod
     def from_row(cls, row: OutboxEntry) -> Envelope:
-        return cls(row.id, row.job_name, row.queue, row.data, row.timeout, row.due, row.created_at)
+        return cls(
+            row.id, row.job_name, row.queue, row.data, row.timeout, row.due, row.created_at, **row.options
+        )
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to enqueue, beyond the arguments."""
+
+    delay: float = 0.0  # seconds from now
+    unique_key: str = ""  # at most one queued or running job per key
+    debounce: float = 0.0  # with unique_key: wait this long; a newer enqueue within it replaces this one
+    cron_run: int | None = None  # the CronRun this job fires
+
+    def __post_init__(self) -> None:
+        if self.debounce and not self.unique_key:
+            raise ValueError("debounce= needs unique_key=: the key says which enqueues replace each other.")
+        if self.unique_key and len(self.unique_key) > 200:
+            raise ValueError("unique_key= is at most 200 characters.")
 
 
 def build(
-    name: str, queue: str, timeout: float, args: list[Any], kwargs: dict[str, Any], delay: float = 0
+    name: str,
+    queue: str,
+    timeout: float,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    options: Options = Options(),
 ) -> Envelope:
     """An envelope for already-encoded arguments (dead-letter requeues come through here too)."""
     queue_config(queue)  # an unknown queue fails at the first enqueue, not at import
     data = payload.dumps(name, args, kwargs, jobs_settings.MAX_PAYLOAD_BYTES).decode()
-    due = time.time() + delay if delay > 0 else 0.0
+    due = time.time() + options.delay if options.delay > 0 else 0.0
     now = dt.datetime.now(dt.UTC)
-    return Envelope(uuid.uuid4().hex, name, queue, data, math.ceil(timeout), due, now)
+    return Envelope(uuid.uuid4().hex, name, queue, data, math.ceil(timeout), due, now, options.unique_key,
+                    options.debounce, options.cron_run)  # fmt: skip
 
 
 def push(envelopes: Sequence[Envelope]) -> set[str]:
@@ -108,8 +149,7 @@ def push(envelopes: Sequence[Envelope]) -> set[str]:
     for envelope in envelopes:
         by_queue.setdefault(envelope.queue, []).append(envelope)
     for queue, group in by_queue.items():
-        store = Store(get_connection(queue))
-        seen |= store.push((e.id, e.queue, e.due, e.fields()) for e in group)
+        seen |= Store(get_connection(queue)).push(group)
     return seen
 
 
@@ -199,14 +239,20 @@ def _push_or_store(envelopes: list[Envelope], alias: str) -> None:
 
 
 def enqueue_calls(
-    definition: Job[Any, Any], calls: Sequence[Call], *, using: str | None = None, delay: float = 0
+    definition: Job[Any, Any],
+    calls: Sequence[Call],
+    *,
+    using: str | None = None,
+    options: Options = Options(),
 ) -> list[JobHandle]:
     """Encode, then deliver according to ``JOBS["MODE"]`` and the current transaction."""
     envelopes = []
     for args, kwargs in calls:
         encoded_args, encoded_kwargs = payload.encode(args, kwargs)
         envelopes.append(
-            build(definition.name, definition.queue, definition.timeout, encoded_args, encoded_kwargs, delay)
+            build(
+                definition.name, definition.queue, definition.timeout, encoded_args, encoded_kwargs, options
+            )
         )
     deliver(envelopes, using=using)
     for envelope in envelopes:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connections, reset_queries
+from django.db import DatabaseError, connections, reset_queries
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import deadletter, metrics, payload, registry
-from .conf import jobs_settings
+from . import cron, deadletter, metrics, payload, registry, stats
 from .exceptions import JobNotFound, JobTimeout, PayloadError, WorkerLost
+from .logs import log_outcome as log_outcome  # the supervisor and maintenance log through here too
 from .models import DeadLetter
 from .policy import Verdict, classify
 from .signals import job_failed, job_retrying, job_started, job_succeeded
@@ -119,7 +119,10 @@ def settle_failure(store: Store, claimed: Claimed, exc: BaseException, *, lost: 
             job_retrying.send(
                 sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt, delay=delay
             )
-        outcome = Outcome.LOST if lost else Outcome.TIMEOUT if isinstance(exc, JobTimeout) else Outcome.RETRY
+        if lost or isinstance(exc, WorkerLost):  # reaped after its lease expired, or its process died
+            outcome = Outcome.LOST
+        else:
+            outcome = Outcome.TIMEOUT if isinstance(exc, JobTimeout) else Outcome.RETRY
     else:
         settled = (
             store.settle_lost(claimed.token, claimed.queue, retry=False, fields=fields)
@@ -190,28 +193,6 @@ def db_hygiene() -> None:
         reset_queries()
 
 
-_LEVELS = {Outcome.SUCCESS: logging.INFO, Outcome.DEAD: logging.ERROR}
-
-
-def log_outcome(
-    outcome: Outcome, name: str, claimed: Claimed, duration: float, exc: BaseException | None = None
-) -> None:
-    """The one line per job outcome; failures carry ``exc_info`` for error trackers."""
-    fields = {
-        "job": name,
-        "job_id": claimed.id,
-        "queue": claimed.queue,
-        "attempt": claimed.attempt,
-        "outcome": outcome.value,
-        "duration": round(duration, 6),
-    }
-    if jobs_settings.LOG_FORMAT == "json":
-        message = json.dumps(fields)
-    else:
-        message = " ".join(f"{key}={value}" for key, value in fields.items())
-    logger.log(_LEVELS.get(outcome, logging.WARNING), message, extra=fields, exc_info=exc)
-
-
 def queue_wait(claimed: Claimed) -> float | None:
     try:
         enqueued = dt.datetime.strptime(claimed.fields["enqueued_at"].decode(), "%Y-%m-%dT%H:%M:%S.%fZ")
@@ -232,6 +213,7 @@ def run(store: Store, claimed: Claimed, on_start: Callable[[float], None] | None
     except (PayloadError, JobNotFound) as exc:
         outcome = settle_failure(store, claimed, exc)
         metrics.settled(name, claimed.queue, outcome.value)
+        stats.record(name, outcome.value)
         log_outcome(outcome, name, claimed, 0.0, exc)
         return outcome
     timeout = definition.timeout
@@ -261,8 +243,13 @@ def run(store: Store, claimed: Claimed, on_start: Callable[[float], None] | None
             sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt, duration=duration
         )
         outcome, error = Outcome.SUCCESS, None
+        try:
+            cron.finished(claimed.fields)
+        except DatabaseError:  # the job did succeed; its period just shows as overdue
+            logger.warning("Could not mark periodic job %s %s finished", name, claimed.id, exc_info=True)
     finally:
         db_hygiene()
     metrics.finished(name, claimed.queue, outcome.value, duration)
+    stats.record(name, outcome.value)
     log_outcome(outcome, name, claimed, duration, error)
     return outcome

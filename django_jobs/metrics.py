@@ -1,8 +1,25 @@
-"""Prometheus collectors for the worker: per job type, like an endpoint's."""
+# prometheus_client's multi-process helpers carry no type hints.
+# mypy: disable-error-code="no-untyped-call"
+"""Prometheus metrics of the worker: per job type, like an endpoint's.
+
+They are process-local by default, which is what in-process runs (tests, ``run_jobs()``) need.
+``runjobs --metrics-port`` calls :func:`use_multiprocess` before any job runs: from then on this
+process and every work process it forks write their values to memory-mapped files in one directory,
+and the supervisor's endpoint sums them. Counters of a work process that exited are folded into
+one file, so the directory does not grow with every recycled process and no counter goes backwards.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import contextlib
+import os
+import threading
+from collections.abc import Iterable, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
+from prometheus_client.metrics_core import Metric
+from prometheus_client.mmap_dict import MmapedDict, mmap_key
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 JOBS_TOTAL = Counter(
     "django_jobs_jobs",
@@ -24,6 +41,14 @@ QUEUE_WAIT = Histogram(
 BUSY = Gauge(
     "django_jobs_worker_busy", "Worker processes running a job.", ["queue"], multiprocess_mode="livesum"
 )
+_ALL = (JOBS_TOTAL, DURATION, QUEUE_WAIT, BUSY)
+#: Counters, histograms and summaries add up across processes, so dead processes' files can be merged.
+_ADDITIVE = ("counter", "histogram", "summary")
+
+_directory: str | None = None
+#: Held while the endpoint reads the files and while a dead process's files are folded, so a
+#: scrape never sees a value twice or not at all.
+_files_lock = threading.Lock()
 
 
 def started(job: str, queue: str, wait: float | None) -> None:
@@ -41,3 +66,86 @@ def finished(job: str, queue: str, outcome: str, duration: float) -> None:
 def settled(job: str, queue: str, outcome: str) -> None:
     """An outcome decided outside the work process (hard timeout, lost worker)."""
     JOBS_TOTAL.labels(job, queue, outcome).inc()
+
+
+def use_multiprocess(directory: str) -> None:
+    """Keep this process's values, and those of processes it forks later, in ``directory``.
+
+    prometheus_client picks its value class when it is imported, long before ``runjobs`` parses
+    ``--metrics-port``; the labelled metrics create their values on first use, so switching the
+    class here, before any job runs, is early enough. Values created before are dropped, and a
+    ``PROMETHEUS_MULTIPROC_DIR`` set for another server (a web server's) is not shared.
+    """
+    global _directory
+    for metric in _ALL:
+        metric.clear()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = _directory = directory
+    values.ValueClass = values.MultiProcessValue()  # a fresh one: its files go to ``directory``
+
+
+def initialise(queues: Sequence[str], jobs: Iterable[tuple[str, str]], outcomes: Iterable[str]) -> None:
+    """Create every series at zero, so ``rate()`` and ``increase()`` see a job's first failure."""
+    outcomes = list(outcomes)
+    for queue in queues:
+        BUSY.labels(queue).set(0)
+    for job, queue in jobs:
+        if queue in queues:
+            for outcome in outcomes:
+                JOBS_TOTAL.labels(job, queue, outcome)
+            DURATION.labels(job, queue)
+            QUEUE_WAIT.labels(job, queue)
+
+
+class _Files:
+    """The collector of the worker's endpoint: every process's files, summed."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def collect(self) -> Iterable[Metric]:
+        with _files_lock:
+            return list(MultiProcessCollector(None, self.directory).collect())
+
+
+def registry() -> CollectorRegistry:
+    """The registry ``runjobs`` serves: the sum over the supervisor and all its work processes."""
+    if _directory is None:
+        raise RuntimeError("use_multiprocess() was not called")
+    combined = CollectorRegistry()
+    combined.register(_Files(_directory))
+    return combined
+
+
+def retire(pid: int) -> None:
+    """Forget an exited process's gauges and fold its counters and histograms into the totals."""
+    if _directory is None:
+        return
+    with _files_lock:
+        mark_process_dead(pid, _directory)
+        for kind in _ADDITIVE:
+            dead = os.path.join(_directory, f"{kind}_{pid}.db")
+            if os.path.exists(dead):
+                _fold(dead, os.path.join(_directory, f"{kind}_retired.db"))
+
+
+def _fold(dead: str, total: str) -> None:
+    merged = MultiProcessCollector.merge([total, dead] if os.path.exists(total) else [dead], accumulate=False)
+    partial = total + ".partial"  # not *.db: a scrape never reads it
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(partial)  # left by a fold that was interrupted
+    folded = MmapedDict(partial)
+    try:
+        for metric in merged:
+            for sample in metric.samples:
+                key = mmap_key(
+                    metric.name,
+                    sample.name,
+                    list(sample.labels),
+                    list(sample.labels.values()),
+                    metric.documentation,
+                )
+                folded.write_value(key, sample.value, 0.0)
+    finally:
+        folded.close()
+    os.replace(partial, total)
+    os.remove(dead)

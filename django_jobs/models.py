@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 from django.utils import timezone
 
@@ -19,6 +21,7 @@ class OutboxEntry(models.Model):
     data = models.TextField(help_text="The JSON payload, exactly as it goes to Redis.")
     timeout = models.PositiveIntegerField()
     due = models.FloatField(default=0, help_text="Unix time the job becomes due; 0 means now.")
+    options = models.JSONField(default=dict, blank=True, help_text="unique_key, debounce, cron_run.")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
@@ -81,22 +84,106 @@ class DeadLetter(models.Model):
     exception = models.CharField(max_length=300)
     message = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
+    raised_at = models.CharField(
+        max_length=300, blank=True, help_text="The frame that raised: file and function, no line number."
+    )
+    fingerprint = models.CharField(
+        max_length=16, blank=True, help_text="Job name, exception class and raising frame, hashed."
+    )
     attempts = models.PositiveIntegerField()
     history = models.JSONField(default=list, blank=True, help_text="One entry per failed attempt.")
     reason = models.CharField(max_length=20, choices=Reason.choices)
-    status = models.CharField(max_length=20, choices=Status.choices, default=Status.OPEN, db_index=True)
-    requeued_job_id = models.CharField(max_length=64, blank=True)
-    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.OPEN)
+    requeued_job_id = models.CharField(max_length=64, blank=True, db_index=True)
+    requeued_from = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="later_failures",
+        help_text="The entry whose requeue produced the job that failed again here.",
+    )
+    first_failed_at = models.DateTimeField(default=timezone.now, help_text="When the first attempt failed.")
+    created_at = models.DateTimeField(
+        default=timezone.now, db_index=True, help_text="When the last attempt failed and the job died."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = DeadLetterQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
+        # The admin's filters, grouping and default "open, newest first" view stay index-backed.
+        indexes = [
+            models.Index(fields=["status", "-created_at"], name="djjobs_dl_status_created"),
+            models.Index(fields=["exception"], name="djjobs_dl_exception"),
+            models.Index(fields=["fingerprint"], name="djjobs_dl_fingerprint"),
+            models.Index(fields=["queue"], name="djjobs_dl_queue"),
+        ]
         permissions = [
+            ("view_deadletter_payload", "Can view dead-letter payloads"),
             ("requeue_deadletter", "Can requeue dead letters"),
             ("discard_deadletter", "Can discard dead letters"),
+            ("view_queue_overview", "Can view the queue overview"),
         ]
 
     def __str__(self) -> str:
         return f"{self.job_name} ({self.exception})"
+
+
+class CronRun(models.Model):
+    """One period of a periodic job. Unique on (name, period): the database's guard against a
+    double fire, behind the Redis lock, so even a Redis failover cannot fire a period twice."""
+
+    name = models.CharField(max_length=200)
+    scheduled_for = models.DateTimeField()
+    job_id = models.CharField(max_length=64)
+    deadline = models.DateTimeField(help_text="When the run should have finished: the next period's start.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["name", "scheduled_for"], name="django_jobs_cronrun_once")
+        ]
+        indexes = [models.Index(fields=["finished_at", "deadline"], name="django_jobs_cronrun_overdue")]
+        get_latest_by = "scheduled_for"
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.scheduled_for.isoformat()}"
+
+
+class Chain(models.Model):
+    """Long work split into pages: the checkpoint of a chain of short, resumable jobs."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "running"
+        """A page is queued or running; each page enqueues the next on commit."""
+        PAUSED = "paused", "paused"
+        """The running page finishes; no next page is queued until resume()."""
+        CANCELLED = "cancelled", "cancelled"
+        """Stopped for good."""
+        DONE = "done", "done"
+        """The last page returned no next cursor."""
+        FAILED = "failed", "failed"
+        """A page was dead-lettered; requeueing it (or resume()) carries on from the checkpoint."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=200, db_index=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    cursor = models.JSONField(
+        null=True, blank=True, help_text="Where the next page starts; null at the start."
+    )
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING, db_index=True)
+    pages_done = models.PositiveIntegerField(default=0)
+    items_done = models.PositiveBigIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.id}"

@@ -7,6 +7,7 @@ The worker never imports a dotted path read from Redis: a job runs only if a
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import json
 import math
 import threading
@@ -14,12 +15,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
+from croniter import croniter
+
 from .conf import jobs_settings
 from .exceptions import JobNotFound
 from .policy import RetryPolicy
 
 if TYPE_CHECKING:
-    from .enqueue import JobHandle
+    from .enqueue import JobHandle, Options
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -41,6 +44,8 @@ class Job(Generic[P, R]):
     aliases: tuple[str, ...] = field(default=())
     concurrency: int | None = None
     rate: tuple[int, float] | None = None
+    cron: str | None = None
+    cron_catch_up: str = "skip"
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """A plain call runs the function inline, as if it were not a job."""
@@ -53,16 +58,12 @@ class Job(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Queue one run; inside a transaction it reaches Redis only if the transaction commits."""
-        from .enqueue import enqueue_calls
-
-        return enqueue_calls(self, [(args, kwargs)])[0]
+        return self.options().enqueue(*args, **kwargs)
 
     def enqueue_in(self, delay: float | dt.timedelta, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Queue one run to start after ``delay`` (seconds or a timedelta)."""
-        from .enqueue import enqueue_calls
-
         seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else float(delay)
-        return enqueue_calls(self, [(args, kwargs)], delay=seconds)[0]
+        return self.options(delay=seconds).enqueue(*args, **kwargs)
 
     def enqueue_at(self, when: dt.datetime, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Queue one run to start at ``when``, an aware datetime (RQ would read a naive one as local time)."""
@@ -81,20 +82,34 @@ class Job(Generic[P, R]):
 
     def using(self, database: str) -> BoundJob[P, R]:
         """Wait for the commit of ``database`` rather than guessing which transaction matters."""
-        return BoundJob(self, database)
+        return self.options(database=database)
+
+    def options(
+        self, *, database: str | None = None, delay: float = 0.0, unique_key: str = "", debounce: float = 0.0
+    ) -> BoundJob[P, R]:
+        """Enqueue with options: ``job.options(unique_key="sync:42", debounce=5).enqueue(42)``.
+
+        ``unique_key``: at most one queued or running job per key; another enqueue meanwhile is
+        dropped. With ``debounce`` (seconds) the job waits that long and a newer enqueue with the
+        same key within the window replaces it: the last one wins.
+        """
+        from .enqueue import Options
+
+        return BoundJob(self, database, Options(delay=delay, unique_key=unique_key, debounce=debounce))
 
 
 @dataclass(frozen=True)
 class BoundJob(Generic[P, R]):
-    """A job tied to one database alias's transaction."""
+    """A job with enqueue options fixed: its database alias, delay, unique key, debounce window."""
 
     job: Job[P, R]
-    database: str
+    database: str | None
+    settings: Options
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         from .enqueue import enqueue_calls
 
-        return enqueue_calls(self.job, [(args, kwargs)], using=self.database)[0]
+        return enqueue_calls(self.job, [(args, kwargs)], using=self.database, options=self.settings)[0]
 
 
 def _check_timeout(name: str, timeout: object) -> float:
@@ -142,6 +157,20 @@ def _check_limits(
     return concurrency, parsed
 
 
+def _check_cron(name: str, fn: Callable[..., Any], cron: object, catch_up: str) -> str | None:
+    if catch_up not in ("skip", "once"):
+        raise ValueError(f"@job {name!r}: cron_catch_up is 'skip' or 'once', got {catch_up!r}.")
+    if cron is None:
+        return None
+    if not isinstance(cron, str) or not croniter.is_valid(cron):
+        raise ValueError(f"@job {name!r}: cron={cron!r} is not a valid cron expression.")
+    try:
+        inspect.signature(fn).bind()
+    except TypeError:
+        raise ValueError(f"@job {name!r}: a periodic job is called with no arguments.") from None
+    return cron
+
+
 def limits_json() -> str:
     """The concurrency and rate limits of every registered name, as the claim script reads them."""
     limits = {
@@ -184,6 +213,8 @@ def job(
     aliases: Sequence[str] = (),
     concurrency: int | None = None,
     rate: str | None = None,
+    cron: str | None = None,
+    cron_catch_up: str = "skip",
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -199,12 +230,16 @@ def job(
     aliases: Sequence[str] = (),
     concurrency: int | None = None,
     rate: str | None = None,
+    cron: str | None = None,
+    cron_catch_up: str = "skip",
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a function as a job. ``timeout`` is required; ``retry`` defaults to ``JOBS["DEFAULT_RETRY"]``.
 
     ``concurrency`` caps how many run at once across every worker; ``rate`` ("10/s", "100/m") caps
     how many start per period. A job over either limit waits in the scheduled set without using an
-    attempt or blocking a worker.
+    attempt or blocking a worker. ``cron`` ("*/5 * * * *") makes it periodic: every ``runjobs``
+    schedules it and each period fires once; ``cron_catch_up`` says what a period missed while no
+    scheduler ran gets: "skip" (nothing) or "once" (one late run).
 
     Problems that do not depend on settings raise ``ValueError`` here, at import; an unknown
     queue is reported by ``manage.py check`` and at the first enqueue.
@@ -229,6 +264,8 @@ def job(
             aliases=tuple(aliases),
             concurrency=limits[0],
             rate=limits[1],
+            cron=_check_cron(job_name, fn, cron, cron_catch_up),
+            cron_catch_up=cron_catch_up,
         )
         _register(definition)
         return definition

@@ -25,7 +25,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from redis import Redis
 from redis.commands.core import Script
@@ -72,24 +72,45 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
-# ARGV[1]: JSON list of [id, queue, due (0 = now), [field, value, ...]]; ARGV[2]: wake list cap.
-# Returns the ids that were already in Redis: a second push of the same id is a no-op.
-_PUSH = """
+# ARGV[1]: JSON list of [id, queue, due (0 = now), [field, value, ...], unique key or '', debounce seconds];
+# ARGV[2]: wake list cap; ARGV[3]: seconds a unique key's marker lives.
+# Returns the ids not pushed: already in Redis (a second push of an id is a no-op), or a duplicate of a
+# queued or running job with the same unique key.
+_PUSH = (
+    _NOW
+    + """
 local jobs = cjson.decode(ARGV[1])
 local seen = {}
 local queues = {}
+local pending = {queued = true, started = true, scheduled = true}
 for _, j in ipairs(jobs) do
-  local key = 'rq:job:' .. j[1]
-  if redis.call('EXISTS', key) == 1 then
-    table.insert(seen, j[1])
+  local id, queue, due, unique, debounce = j[1], j[2], tonumber(j[3]), j[5], tonumber(j[6])
+  local key = 'rq:job:' .. id
+  local skip = redis.call('EXISTS', key) == 1
+  if not skip and unique ~= '' then
+    local marker = 'djjobs:unique:' .. unique
+    local holder = redis.call('GET', marker)
+    if holder and debounce > 0 then
+      -- debounce: the newest enqueue replaces one that is still waiting out its window
+      if redis.call('ZREM', 'rq:scheduled:' .. queue, holder) == 1 then
+        redis.call('DEL', 'rq:job:' .. holder)
+      end
+    elseif holder and pending[redis.call('HGET', 'rq:job:' .. holder, 'status') or ''] then
+      skip = true
+    end
+    if not skip then redis.call('SET', marker, id, 'EX', ARGV[3]) end
+    if debounce > 0 then due = now + debounce end
+  end
+  if skip then
+    table.insert(seen, id)
   else
     redis.call('HSET', key, unpack(j[4]))
-    if tonumber(j[3]) > 0 then
+    if due > 0 then
       redis.call('HSET', key, 'status', 'scheduled')
-      redis.call('ZADD', 'rq:scheduled:' .. j[2], j[3], j[1])
+      redis.call('ZADD', 'rq:scheduled:' .. queue, due, id)
     else
-      redis.call('RPUSH', 'rq:queue:' .. j[2], j[1])
-      queues[j[2]] = (queues[j[2]] or 0) + 1
+      redis.call('RPUSH', 'rq:queue:' .. queue, id)
+      queues[queue] = (queues[queue] or 0) + 1
     end
   end
 end
@@ -102,6 +123,7 @@ for q, n in pairs(queues) do
 end
 return seen
 """
+)
 
 # Finish the previous job (ARGV[1] token, ARGV[2] its queue, ARGV[3] ended_at, ARGV[4] finished ttl),
 # then claim the next one from the queues KEYS (in priority order).
@@ -245,7 +267,8 @@ return gone
 )
 
 # Move expired leases to LOST (worker died), and due scheduled jobs to their queues.
-# KEYS: queue names. ARGV[1]: batch size. Returns {lost tokens moved, jobs promoted}.
+# KEYS: queue names. ARGV[1]: batch size, ARGV[2]: enqueued_at of promoted jobs.
+# Returns {lost tokens moved, jobs promoted}.
 _MAINTAIN = (
     _NOW
     + """
@@ -261,7 +284,7 @@ for _, queue in ipairs(KEYS) do
   local due = redis.call('ZRANGEBYSCORE', sched, '-inf', now, 'LIMIT', 0, ARGV[1])
   if #due > 0 then
     for _, id in ipairs(due) do
-      redis.call('HSET', 'rq:job:' .. id, 'status', 'queued')
+      redis.call('HSET', 'rq:job:' .. id, 'status', 'queued', 'enqueued_at', ARGV[2])
       redis.call('RPUSH', 'rq:queue:' .. queue, id)
     end
     redis.call('ZREM', sched, unpack(due))
@@ -303,6 +326,22 @@ if redis.call('ZREM', 'djjobs:dying', ARGV[1]) == 1 then
 end
 return 1
 """
+
+
+class Pushable(Protocol):
+    """What the push script needs of a job (``enqueue.Envelope`` provides it)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def due(self) -> float: ...
+    @property
+    def unique_key(self) -> str: ...
+    @property
+    def debounce(self) -> float: ...
+    def fields(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -359,15 +398,20 @@ class Store:
         self._settle_lost: Script = register(_SETTLE_LOST)
         self._buried: Script = register(_BURIED)
 
-    def push(self, jobs: Iterable[tuple[str, str, float, dict[str, Any]]], chunk: int = 500) -> set[str]:
-        """Push ``(id, queue, due_timestamp_or_0, fields)`` jobs; returns the ids that were already there."""
-        batch = [[job_id, queue, due, _flat(fields)] for job_id, queue, due, fields in jobs]
+    UNIQUE_TTL = 7 * 24 * 3600
+
+    def push(self, jobs: Iterable[Pushable], chunk: int = 500) -> set[str]:
+        """Push jobs in one round trip; returns the ids not pushed (already there, or unique duplicates)."""
+        batch = [[j.id, j.queue, j.due, _flat(j.fields()), j.unique_key, j.debounce] for j in jobs]
         seen: set[str] = set()
         if not batch:
             return seen
         with self.connection.pipeline(transaction=False) as pipe:
             for start in range(0, len(batch), chunk):
-                self._push(args=[json.dumps(batch[start : start + chunk]), self.WAKE_CAP], client=pipe)
+                self._push(
+                    args=[json.dumps(batch[start : start + chunk]), self.WAKE_CAP, self.UNIQUE_TTL],
+                    client=pipe,
+                )
             for result in pipe.execute():
                 seen.update(x.decode() if isinstance(x, bytes) else x for x in result)
         return seen
@@ -429,7 +473,8 @@ class Store:
 
     def maintain(self, queues: Sequence[str], batch: int = 500) -> tuple[int, int]:
         """Reap expired leases into LOST and promote due scheduled jobs; returns both counts."""
-        lost, promoted = self._maintain(keys=list(queues), args=[batch])
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))  # RQ's meaning: when the job was put on its queue
+        lost, promoted = self._maintain(keys=list(queues), args=[batch, stamp])
         return int(lost), int(promoted)
 
     def lost_tokens(self, limit: int = 100) -> list[str]:

@@ -15,7 +15,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.test import override_settings
 
-from . import execution, payload, registry
+from . import execution, payload, registry, stats
 from .conf import jobs_settings
 from .connections import get_connection, queue_configs
 from .enqueue import Envelope
@@ -147,4 +147,5 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
             nonce="",
             finished_ttl=jobs_settings.FINISHED_TTL,
         )
+    stats.flush(store.connection, every=0)
     return ran

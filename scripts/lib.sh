@@ -65,3 +65,14 @@ ensure_postgres() {
   for _ in $(seq 100); do port_open 5432 && return 0; sleep 0.1; done
   echo "PostgreSQL did not start" >&2; return 1
 }
+
+# Chromium for the browser tests (Playwright drives it; it never downloads a browser of its own).
+ensure_chromium() {
+  [ -x /usr/bin/chromium ] || apt_install chromium
+}
+
+# prometheus and promtool, for the alert-rule tests and the end-to-end Prometheus test.
+ensure_prometheus() {
+  command -v promtool >/dev/null && command -v prometheus >/dev/null && return 0
+  apt_install --no-install-recommends prometheus
+}

@@ -1,5 +1,6 @@
 """Settings for django_jobs' own test suite: real Redis, and SQLite or PostgreSQL (JOBS_TEST_DB)."""
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,8 @@ JOBS = {
     "TIMEOUT_GRACE": 1,
     "SHUTDOWN_GRACE": float(os.environ.get("JOBS_TEST_SHUTDOWN_GRACE", "10")),
     "MAINTENANCE_INTERVAL": 0.1,
+    # Periodic jobs are off unless a test switches them on (through its runjobs' environment).
+    "CRON": json.loads(os.environ.get("JOBS_TEST_CRON", '{"tests.hourly": null}')),
 }
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 # Django 6.0 takes plain addresses and deprecates (name, address) pairs; 5.2 takes only pairs.

@@ -19,8 +19,9 @@ from django.db import DatabaseError, connections, router
 from django.utils import timezone
 from redis.exceptions import RedisError, ResponseError
 
-from .. import deadletter, execution, idempotency, metrics
+from .. import alerts, deadletter, execution, idempotency, metrics, stats
 from ..conf import jobs_settings
+from ..cron import Scheduler
 from ..enqueue import Envelope, push
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
@@ -59,17 +60,21 @@ def _text(fields: dict[str, bytes], name: str, default: str) -> str:
 class Maintenance:
     def __init__(self, store: Store, queues: Sequence[str], interval: float) -> None:
         self.store, self.queues = store, list(queues)
+        self.scheduler = Scheduler(store.connection)
         self.duties = [
             Every(interval, self.promote_and_reap),
             Every(1.0, self.relay_outbox),
             Every(5.0, self.finish_dying),
             Every(600.0, self.prune_keys),
+            Every(5.0, self.flush_alerts),
+            Every(min(interval, 0.2), self.scheduler.tick),
         ]
 
     def tick(self) -> None:
         now = time.monotonic()
         for duty in self.duties:
             duty(now)
+        stats.flush(self.store.connection)
 
     def promote_and_reap(self) -> None:
         self.store.maintain(self.queues)
@@ -88,6 +93,7 @@ class Maintenance:
         )
         name = fields.get("description", b"").decode(errors="replace")
         metrics.settled(name, queue, outcome.value)
+        stats.record(name, outcome.value)
         execution.log_outcome(outcome, name, claimed, 0.0)
 
     def _fields(self, job_id: str) -> dict[str, bytes]:
@@ -138,3 +144,7 @@ class Maintenance:
 
     def prune_keys(self) -> None:
         idempotency.prune()
+
+    def flush_alerts(self) -> None:
+        """Send the summary of each dead-letter group whose alert window closed."""
+        alerts.flush(self.store.connection)

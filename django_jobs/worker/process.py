@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, registry
+from .. import execution, registry, stats
 from ..conf import jobs_settings
 from ..store import Claimed, Store, wake_key
 
@@ -87,6 +87,7 @@ class WorkProcess:
                 continue
             if claimed is None:
                 self._report("D")
+                stats.flush(self.connection, every=0)
                 if not queues or self.burst:
                     return 0
                 self._wait()
@@ -107,6 +108,7 @@ class WorkProcess:
             else:
                 self._report("D")
             done += 1
+            stats.flush(self.connection)
             if self.max_jobs and done >= self.max_jobs:
                 self.stopping = True
 

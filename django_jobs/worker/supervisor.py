@@ -21,7 +21,7 @@ from django.db import connections
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, metrics
+from .. import execution, metrics, stats
 from ..conf import jobs_settings
 from ..exceptions import JobTimeout, WorkerLost
 from ..store import Claimed, Store, rq_timestamp
@@ -114,6 +114,7 @@ class Supervisor:
                 for slot in self.slots.values():
                     os.close(slot.fd)
                 die_with_parent()
+                stats.forget()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 work = WorkProcess(
                     self.queues,
@@ -164,6 +165,7 @@ class Supervisor:
             slot = self.slots.pop(pid, None)
             if slot is None:
                 continue
+            metrics.retire(pid)
             self._drain(slot)
             os.close(slot.fd)
             self._unregister(slot)
@@ -213,6 +215,7 @@ class Supervisor:
             outcome = execution.settle_failure(self.store, claimed, exc)
             name = claimed.fields.get("description", b"").decode(errors="replace")
             metrics.settled(name, slot.queue, outcome.value)
+            stats.record(name, outcome.value)
             execution.log_outcome(outcome, name, claimed, 0.0, exc)
         except RedisError:
             # The lease is still in Redis: when it expires, the reaper settles the job instead.

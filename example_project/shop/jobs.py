@@ -3,6 +3,10 @@
 * ``shop.send_invoice``: a side effect that must happen once, however often the job is delivered.
 * ``shop.sync_inventory``: a flaky upstream; the job fails twice, is retried with backoff, then succeeds.
 * ``shop.charge_card``: an error that retrying cannot fix; the job is dead-lettered on its first attempt.
+* ``shop.notify_partner``: a partner API that allows 2 calls at once and 5 per second, whatever the
+  number of workers.
+* ``shop.nightly_report``: a periodic job that fires once a night, however many workers schedule it.
+* ``shop.export_orders``: long work split into a chain of short, resumable pages.
 
 Each job takes primary keys (plain JSON values) and reads the rows itself, so it always sees
 committed data as it is when the job runs, not as it was at enqueue.
@@ -10,6 +14,7 @@ committed data as it is when the job runs, not as it was at enqueue.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from decimal import Decimal
 
@@ -18,6 +23,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_jobs import RetryPolicy, idempotent, job
+from django_jobs.chains import Page, chain
 
 from .models import InventorySync, Order
 
@@ -92,3 +98,30 @@ def charge_card(order_id: int) -> None:
         _charge(order, key)
         order.status = Order.Status.PAID
         order.save(update_fields=["status"])
+
+
+@job(name="shop.notify_partner", timeout=10, concurrency=2, rate="5/s", permanent=(Order.DoesNotExist,))
+def notify_partner(order_id: int) -> None:
+    """Tell the fulfilment partner about an order. Their API allows 2 calls at once and 5 a second;
+    the limits hold across every worker, and a job over them waits without using an attempt."""
+    order = Order.objects.get(pk=order_id)
+    logger.info("Partner notified of order #%s (%s).", order.pk, order.total)
+
+
+@job(name="shop.nightly_report", timeout=300, cron="0 2 * * *", cron_catch_up="once")
+def nightly_report() -> None:
+    """Fires once per night (02:00 in TIME_ZONE); if no worker ran then, once when one starts."""
+    since = timezone.now() - datetime.timedelta(days=1)
+    recent = Order.objects.filter(created_at__gte=since)
+    logger.info("Nightly report: %s order(s) in the last day.", recent.count())
+
+
+@chain(name="shop.export_orders", timeout=60)
+def export_orders(cursor: int | None, *, page_size: int) -> Page:
+    """Export every order to the warehouse, one page of ``page_size`` per job. A crash redoes at
+    most one page; the checkpoint commits with the page's work."""
+    orders = list(Order.objects.filter(pk__gt=cursor or 0).order_by("pk")[:page_size])
+    for order in orders:
+        logger.info("Exported order #%s.", order.pk)
+    last = orders[-1].pk if len(orders) == page_size else None
+    return Page(next_cursor=last, items=len(orders))

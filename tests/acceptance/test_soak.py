@@ -6,6 +6,7 @@ var/soak-report.json (the README quotes a large run).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -76,10 +77,7 @@ def test_every_job_ends_exactly_once_while_workers_are_killed(private_redis, run
     for key, at in SideEffect.objects.filter(key__startswith="attempt:").values_list("key", "created_at"):
         starts.setdefault(key, []).append(at.timestamp())
     gaps = [
-        b - a
-        for times in starts.values()
-        if len(times) > 1
-        for a, b in zip(sorted(times), sorted(times)[1:], strict=False)
+        b - a for times in starts.values() if len(times) > 1 for a, b in itertools.pairwise(sorted(times))
     ]
     report = {
         "jobs": JOBS,

@@ -58,3 +58,44 @@ def test_enqueue_at_needs_an_aware_datetime(redis_db):
     handle = jobs.record.enqueue_at(dt.datetime.now(dt.UTC) + dt.timedelta(hours=1), "later")
     due = redis_db.zscore("rq:scheduled:default", handle.id)
     assert due == pytest.approx((dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).timestamp(), abs=5)
+
+
+def test_unique_key_allows_one_queued_or_running_job_per_key(redis_db):
+    first = jobs.record.options(unique_key="sync:1").enqueue("first")
+    jobs.record.options(unique_key="sync:1").enqueue("duplicate")
+    other = jobs.record.options(unique_key="sync:2").enqueue("other")
+    assert [i.decode() for i in redis_db.lrange("rq:queue:default", 0, -1)] == [first.id, other.id]
+    run_jobs()
+    again = jobs.record.options(unique_key="sync:1").enqueue("after-finish")  # the first one is done
+    run_jobs()
+    assert sorted(SideEffect.objects.values_list("key", flat=True)) == ["after-finish", "first", "other"]
+    assert redis_db.get("djjobs:unique:sync:1") == again.id.encode()
+
+
+def test_unique_key_holds_through_the_outbox(redis_db):
+    from django.db import transaction
+
+    with transaction.atomic():
+        jobs.record.options(unique_key="k").enqueue("a")
+    with transaction.atomic():
+        jobs.record.options(unique_key="k").enqueue("b")
+    run_jobs()
+    assert list(SideEffect.objects.values_list("key", flat=True)) == ["a"]
+
+
+def test_debounce_lets_the_last_enqueue_in_the_window_win(redis_db):
+    import time
+
+    for value in ("v1", "v2", "v3"):
+        last = jobs.record.options(unique_key="index:7", debounce=0.3).enqueue(value)
+    assert redis_db.zcard("rq:scheduled:default") == 1
+    assert redis_db.zscore("rq:scheduled:default", last.id) is not None
+    assert run_jobs() == 0  # still inside its window
+    time.sleep(0.35)
+    assert run_jobs() == 1
+    assert list(SideEffect.objects.values_list("key", flat=True)) == ["v3"]
+
+
+def test_debounce_needs_a_key():
+    with pytest.raises(ValueError, match="unique_key"):
+        jobs.record.options(debounce=5).enqueue("x")

@@ -7,8 +7,9 @@ import time
 from pathlib import Path
 
 from django_jobs import PermanentError, RetryPolicy, idempotent, job
+from django_jobs.chains import Page, chain
 
-from .models import SideEffect
+from .models import Item, SideEffect
 
 FAST = RetryPolicy(max_attempts=3, base=0.05, factor=2, max_delay=0.2)
 
@@ -140,3 +141,37 @@ def limited(key: str, seconds: float) -> None:
 @job(name="tests.rated", timeout=10, retry=FAST, rate="5/m")
 def rated(key: str) -> None:
     SideEffect.objects.create(key=key)
+
+
+@job(name="tests.tick", timeout=10, retry=FAST)
+def tick() -> None:
+    """Scheduled by tests through JOBS["CRON"]."""
+    SideEffect.objects.create(key="tick")
+
+
+@job(name="tests.hourly", timeout=10, retry=FAST, cron="0 * * * *", cron_catch_up="once")
+def hourly() -> None:
+    SideEffect.objects.create(key="hourly")
+
+
+@chain(name="tests.sync_items", timeout=30, retry=SOAK)
+def sync_items(cursor: int | None, *, page_size: int, pause: float = 0.0) -> Page:
+    """A cursor-paginated sync: each page processes the next ``page_size`` items, once each."""
+    items = list(Item.objects.filter(pk__gt=cursor or 0).order_by("pk")[:page_size])
+    for item in items:
+        SideEffect.objects.create(key=f"item:{item.pk}")
+    time.sleep(pause)
+    return Page(next_cursor=items[-1].pk if len(items) == page_size else None, items=len(items))
+
+
+BACKENDS: list[object] = []
+
+
+@job(name="tests.which_connection", timeout=10, retry=FAST)
+def which_connection() -> None:
+    """Remembers the database connection each job used, for the connection-reuse test."""
+    from django.db import connection
+
+    connection.ensure_connection()
+    BACKENDS.append(id(connection.connection))
+    SideEffect.objects.create(key="conn")

@@ -343,3 +343,13 @@ def test_manage_py_check_fails_on_a_django_jobs_error():
     assert broken.returncode != 0
     assert "django_jobs.E009" in broken.stderr
     assert "LEASE_SECONDS" in broken.stderr
+
+
+def test_cron_settings_name_registered_jobs_and_valid_expressions(settings):
+    from django_jobs.checks import check_settings
+
+    settings.JOBS = {"CRON": {"tests.tick": "*/5 * * * *", "tests.hourly": None}}
+    assert not [m for m in check_settings() if m.id in ("django_jobs.E011", "django_jobs.E012")]
+    settings.JOBS = {"CRON": {"tests.nope": "* * * * *", "tests.tick": "every day"}}
+    ids = sorted(m.id for m in check_settings() if m.id.startswith("django_jobs.E01"))
+    assert ids == ["django_jobs.E011", "django_jobs.E012"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -9,7 +10,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_jobs.exceptions import ConfigurationError
-from django_jobs.worker import build_supervisor
+from django_jobs.worker import build_supervisor, metrics_server
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -24,6 +25,14 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=1, help="Work processes to run (default 1).")
         parser.add_argument("--burst", action="store_true", help="Exit once the queues are empty.")
         parser.add_argument("--max-jobs", type=int, default=0, help="Each work process stops after N jobs.")
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            help="Serve Prometheus metrics of all work processes, combined, on this port (0: any free one).",
+        )
+        parser.add_argument(
+            "--metrics-addr", default="0.0.0.0", help="Address the metrics port binds (default 0.0.0.0)."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if settings.DEBUG:
@@ -39,6 +48,13 @@ class Command(BaseCommand):
             )
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
-        code = supervisor.run()
+        with contextlib.ExitStack() as stack:
+            if options["metrics_port"] is not None:
+                addr, port = options["metrics_addr"], options["metrics_port"]
+                try:
+                    stack.enter_context(metrics_server.serving(addr, port, supervisor.queues))
+                except OSError as exc:
+                    raise CommandError(f"Cannot serve metrics on {addr}:{port}: {exc}") from exc
+            code = supervisor.run()
         if code:
             raise CommandError(f"runjobs stopped with a fatal error (exit code {code}).", returncode=code)

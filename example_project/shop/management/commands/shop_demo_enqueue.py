@@ -15,7 +15,7 @@ from example_project.shop.models import InventorySync, Order
 
 
 class Command(BaseCommand):
-    help = "Create a few orders and enqueue shop.send_invoice, shop.sync_inventory and shop.charge_card."
+    help = "Create a few orders, enqueue one of each shop job and start the order export chain."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -37,6 +37,9 @@ class Command(BaseCommand):
                 "sync_inventory": jobs.sync_inventory.enqueue(sync.pk),
                 "charge_card": jobs.charge_card.enqueue(over_limit.pk),
             }
+            jobs.notify_partner.enqueue_many([(order.pk,) for order in Order.objects.all()])
+            export = jobs.export_orders.start(page_size=2)
+        self.stdout.write(f"Started the order export chain {export.pk} (pages of 2 orders)")
         for handle in handles.values():
             self.stdout.write(f"Enqueued {handle.name} on queue {handle.queue!r} (job {handle.id})")
         manifest = options["manifest"]

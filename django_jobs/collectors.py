@@ -1,0 +1,207 @@
+"""Queue, dead-letter, outbox and worker gauges, served by the web side's ``/metrics``.
+
+They are read at scrape time: per Redis server one script returns every queue's depth, head
+job's enqueue time and scheduled count, and every worker's state (O(queues + workers), never a
+walk over queued jobs); the database answers one aggregate over the dead letters and one per
+outbox. A source that does not answer is left out of that scrape (and logged), never an error for
+the whole page.
+
+django-prometheus's ``/metrics`` serves prometheus_client's default registry, which
+:func:`register` adds the collector to. Under ``PROMETHEUS_MULTIPROC_DIR`` that view builds a
+fresh registry instead: route ``metrics`` to :func:`metrics_view` there.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import weakref
+from collections import Counter as Tally
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from django.db import DatabaseError, connections, router
+from django.db.models import Count, Min
+from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from redis.exceptions import RedisError
+
+from .connections import connection_identity, get_connection, queue_configs
+from .models import DeadLetter, OutboxEntry
+
+logger = logging.getLogger("django_jobs.metrics")
+
+# KEYS: queue names. Returns {{depth, head's enqueued_at or '', scheduled}, ...} in KEYS order, then
+# {state, hostname, queues} of each registered worker whose record has not expired.
+_SNAPSHOT = """
+local queues = {}
+for i, q in ipairs(KEYS) do
+  local head = redis.call('LINDEX', 'rq:queue:' .. q, 0)
+  local enqueued = ''
+  if head then
+    local value = redis.pcall('HGET', 'rq:job:' .. head, 'enqueued_at')
+    if type(value) == 'string' then enqueued = value end
+  end
+  queues[i] = {redis.call('LLEN', 'rq:queue:' .. q), enqueued, redis.call('ZCARD', 'rq:scheduled:' .. q)}
+end
+local workers = {}
+for _, key in ipairs(redis.call('SMEMBERS', 'rq:workers')) do
+  local record = redis.pcall('HMGET', key, 'state', 'hostname', 'queues')
+  if type(record) == 'table' and record[1] then table.insert(workers, record) end
+end
+return {queues, workers}
+"""
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    name: str
+    depth: int
+    #: Seconds the job at the head has waited since it was enqueued: 0 when the queue is empty,
+    #: None when the head's hash does not say (a poison entry).
+    oldest_age: float | None
+    scheduled: int
+
+
+@dataclass(frozen=True)
+class Worker:
+    state: str
+    hostname: str
+    queues: frozenset[str]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    queues: list[QueueStats]
+    workers: list[Worker]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _age(enqueued_at: str, now: dt.datetime) -> float | None:
+    try:
+        enqueued = dt.datetime.strptime(enqueued_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+    return max((now - enqueued).total_seconds(), 0.0)
+
+
+def snapshot(queues: Sequence[str]) -> Iterator[Snapshot]:
+    """One snapshot per Redis server behind ``queues``; raises RedisError for one that does not answer."""
+    servers: dict[str, list[str]] = {}
+    for queue in queues:
+        servers.setdefault(connection_identity(queue), []).append(queue)
+    for names in servers.values():
+        connection = get_connection(names[0])
+        raw_queues, raw_workers = connection.register_script(_SNAPSHOT)(keys=names)
+        now = dt.datetime.now(dt.UTC)
+        yield Snapshot(
+            [
+                QueueStats(name, int(depth), _age(_text(enqueued), now) if depth else 0.0, int(scheduled))
+                for name, (depth, enqueued, scheduled) in zip(names, raw_queues, strict=True)
+            ],
+            [
+                Worker(_text(state), _text(host or b""), frozenset(_text(served or b"").split(",")))
+                for state, host, served in raw_workers
+            ],
+        )
+
+
+class JobsCollector:
+    """The gauges; each scrape reads them afresh."""
+
+    def describe(self) -> Iterable[Metric]:
+        """Names only: registering must not touch Redis or the database."""
+        return self._families()
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        depth, age, scheduled, dead, pending, outbox_age, workers = families
+        states = Tally({"busy": 0, "idle": 0})
+        try:
+            for stats in snapshot(sorted(queue_configs())):
+                for queue in stats.queues:
+                    depth.add_metric([queue.name], queue.depth)
+                    scheduled.add_metric([queue.name], queue.scheduled)
+                    if queue.oldest_age is not None:
+                        age.add_metric([queue.name], queue.oldest_age)
+                states.update(worker.state for worker in stats.workers)
+        except RedisError as exc:
+            logger.warning("Queue and worker gauges left out of this scrape: Redis did not answer (%s)", exc)
+        else:  # a partial count would read as workers gone
+            for state, count in sorted(states.items()):
+                workers.add_metric([state], count)
+        try:
+            for row in DeadLetter.objects.order_by().values("job_name", "status").annotate(n=Count("pk")):
+                dead.add_metric([row["job_name"], row["status"]], row["n"])
+            count, oldest = _outbox()
+            pending.add_metric([], count)
+            outbox_age.add_metric([], (timezone.now() - oldest).total_seconds() if oldest else 0.0)
+        except DatabaseError as exc:
+            logger.warning("Dead-letter and outbox gauges left out of this scrape: %s", exc)
+        return families
+
+    @staticmethod
+    def _families() -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily(
+                "django_jobs_queue_depth", "Jobs ready to run, waiting in the queue.", labels=["queue"]
+            ),
+            GaugeMetricFamily(
+                "django_jobs_queue_oldest_job_age_seconds",
+                "Seconds the job at the head of the queue has waited since it was enqueued (0 when empty).",
+                labels=["queue"],
+            ),
+            GaugeMetricFamily(
+                "django_jobs_scheduled_jobs",
+                "Jobs waiting for their due time: retries in backoff and delayed jobs.",
+                labels=["queue"],
+            ),
+            GaugeMetricFamily(
+                "django_jobs_dead_letters", "Dead letters by job and status.", labels=["job", "status"]
+            ),
+            GaugeMetricFamily("django_jobs_outbox_pending", "Outbox rows not yet relayed and pruned."),
+            GaugeMetricFamily(
+                "django_jobs_outbox_oldest_age_seconds", "Age of the oldest outbox row (0 when empty)."
+            ),
+            GaugeMetricFamily(
+                "django_jobs_workers", "Live worker processes by state (busy, idle).", labels=["state"]
+            ),
+        ]
+
+
+def _outbox() -> tuple[int, dt.datetime | None]:
+    """Rows in the outbox of every database that has one, and the oldest row's creation time."""
+    count, oldest = 0, None
+    for alias in connections:
+        if router.allow_migrate_model(alias, OutboxEntry):
+            row = OutboxEntry.objects.using(alias).aggregate(n=Count("pk"), oldest=Min("created_at"))
+            count += row["n"]
+            if row["oldest"] is not None and (oldest is None or row["oldest"] < oldest):
+                oldest = row["oldest"]
+    return count, oldest
+
+
+COLLECTOR = JobsCollector()
+_registries: weakref.WeakSet[CollectorRegistry] = weakref.WeakSet()
+
+
+def register(registry: CollectorRegistry = REGISTRY) -> None:
+    """Add the gauges to ``registry`` (the default one is what django-prometheus serves); once."""
+    if registry not in _registries:
+        registry.register(COLLECTOR)
+        _registries.add(registry)
+
+
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """django-prometheus's ``/metrics`` for a multi-process web server, with the gauges added."""
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    registry.register(COLLECTOR)
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

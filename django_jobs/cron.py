@@ -1,0 +1,109 @@
+"""Periodic jobs that fire exactly once per period, however many ``runjobs`` schedule them.
+
+Every ``runjobs`` runs the scheduler. A period fires only if its scheduler takes the Redis lock
+``djjobs:cron:<name>:<period>`` and then inserts the ``CronRun`` row unique on (name, period), in
+the same transaction as the job's outbox row. The lock keeps the schedulers from racing; the row
+is the guard that survives a Redis failover that loses the lock.
+
+Schedules are cron expressions (five fields, or six with seconds last) in ``settings.TIME_ZONE``.
+``JOBS["CRON"]`` maps a job name to an expression (to schedule or reschedule it) or to None (to
+disable it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from croniter import croniter
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from redis import Redis
+
+from . import registry
+from .conf import jobs_settings
+from .enqueue import Options, enqueue_calls
+from .models import CronRun
+
+logger = logging.getLogger("django_jobs.cron")
+
+CATCH_UP = ("skip", "once")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    job: registry.Job[Any, Any]
+    expression: str
+    catch_up: str
+
+    def period(self, now: dt.datetime) -> tuple[dt.datetime, dt.datetime]:
+        """The start of the period ``now`` is in, and the start of the next one."""
+        start = croniter(self.expression, now).get_prev(dt.datetime)
+        return start, croniter(self.expression, start).get_next(dt.datetime)
+
+
+def schedules() -> list[Schedule]:
+    """Every enabled schedule: each ``@job(cron=...)``, overridden by ``JOBS["CRON"]``."""
+    overrides = jobs_settings.CRON
+    found = []
+    for definition in registry.all_jobs():
+        expression = overrides.get(definition.name, definition.cron)
+        if expression:
+            found.append(Schedule(definition, expression, definition.cron_catch_up))
+    return found
+
+
+class Scheduler:
+    """One ``runjobs``' view of the schedules; it remembers the periods it has seen to, nothing more."""
+
+    def __init__(self, connection: Redis) -> None:
+        self.connection = connection
+        self.seen: dict[str, dt.datetime] = {}
+
+    def tick(self, now: dt.datetime | None = None) -> int:
+        """Fire every period that is due and not fired yet; returns how many this call fired."""
+        now = now or timezone.localtime()
+        fired = 0
+        for schedule in schedules():
+            start, end = schedule.period(now)
+            if self.seen.get(schedule.job.name) == start:
+                continue
+            # "skip": a period that started over a minute ago (no scheduler was up) is not run late.
+            late = (now - start).total_seconds() > min(60.0, (end - start).total_seconds())
+            if not (schedule.catch_up == "skip" and late):
+                fired += self._fire(schedule, start, end)
+            self.seen[schedule.job.name] = start
+        return fired
+
+    def _fire(self, schedule: Schedule, start: dt.datetime, deadline: dt.datetime) -> int:
+        name = schedule.job.name
+        ttl = max(60, math.ceil(2 * (deadline - start).total_seconds()))
+        if not self.connection.set(
+            f"djjobs:cron:{name}:{int(start.timestamp())}", os.getpid(), nx=True, ex=ttl
+        ):
+            return 0
+        try:
+            with transaction.atomic():
+                run = CronRun.objects.create(name=name, scheduled_for=start, deadline=deadline)
+                handle = enqueue_calls(schedule.job, [((), {})], options=Options(cron_run=run.pk))[0]
+                CronRun.objects.filter(pk=run.pk).update(job_id=handle.id)
+        except IntegrityError:
+            return 0  # fired already: the Redis lock was lost (failover) but the row was not
+        logger.info("Fired %s for the period starting %s", name, start.isoformat())
+        return 1
+
+
+def finished(fields: dict[str, bytes]) -> None:
+    """Mark a periodic job's run finished (called when a job carrying ``dj_cron`` succeeds)."""
+    run = fields.get("dj_cron")
+    if run is not None:
+        CronRun.objects.filter(pk=int(run), finished_at__isnull=True).update(finished_at=timezone.now())
+
+
+def overdue(now: dt.datetime | None = None) -> int:
+    """Periods whose run has not finished by its deadline (the next period's start)."""
+    return CronRun.objects.filter(finished_at__isnull=True, deadline__lt=now or timezone.now()).count()

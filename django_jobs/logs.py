@@ -1,0 +1,54 @@
+"""The one log line per job outcome: ``key=value`` text by default, a JSON object when
+``JOBS["LOG_FORMAT"] = "json"``.
+
+Both carry the job id, name, queue, attempt, outcome and duration, and a failure's exception.
+A JSON line also carries the traceback as a field, so it stays one line for the log pipeline; a
+text line passes ``exc_info`` instead, so error trackers such as Sentry get the exception.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+from typing import Any
+
+from .conf import jobs_settings
+from .store import Claimed
+
+logger = logging.getLogger("django_jobs.worker")
+
+_LEVELS = {"success": logging.INFO, "dead": logging.ERROR}
+
+
+def _text_value(value: object) -> str:
+    text = str(value)
+    if text and not any(c.isspace() or c in '"=' for c in text):
+        return text
+    return json.dumps(text)  # quoted and escaped: a message with spaces or newlines stays one field
+
+
+def log_outcome(
+    outcome: str, name: str, claimed: Claimed, duration: float, exc: BaseException | None = None
+) -> None:
+    """Log how one attempt ended (``outcome`` is an ``execution.Outcome``); failures are WARNING,
+    dead letters ERROR."""
+    fields: dict[str, Any] = {
+        "job": name,
+        "job_id": claimed.id,
+        "queue": claimed.queue,
+        "attempt": claimed.attempt,
+        "outcome": str(outcome),
+        "duration": round(duration, 6),
+    }
+    if exc is not None:
+        fields["error"] = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
+    level = _LEVELS.get(str(outcome), logging.WARNING)
+    if jobs_settings.LOG_FORMAT == "json":
+        line = dict(fields)
+        if exc is not None:
+            line["traceback"] = "".join(traceback.format_exception(exc))
+        logger.log(level, json.dumps(line), extra=fields)
+    else:
+        message = " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
+        logger.log(level, message, extra=fields, exc_info=exc)

@@ -1,0 +1,100 @@
+"""``manage.py jobs_health``: a liveness or readiness probe that exits non-zero when jobs cannot flow."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, connections
+from redis.exceptions import RedisError
+
+from django_jobs.collectors import QueueStats, Worker, snapshot
+from django_jobs.connections import connection_identity, queue_configs
+from django_jobs.exceptions import ConfigurationError
+
+CHECKS = ("database", "redis", "workers", "age")
+
+
+class Command(BaseCommand):
+    help = (
+        "Exit non-zero if a database or Redis does not answer, a queue has no live worker, or a "
+        "queue's oldest job waited longer than --max-age. One line per check."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("queues", nargs="*", help="Queues to check (default: all).")
+        parser.add_argument(
+            "--max-age",
+            type=float,
+            default=600.0,
+            help="Seconds the oldest queued job may have waited (default 600).",
+        )
+        parser.add_argument(
+            "--skip",
+            action="append",
+            choices=CHECKS,
+            default=[],
+            help="Leave a check out, e.g. --skip workers in a web server's readiness probe. Repeatable.",
+        )
+        parser.add_argument(
+            "--local",
+            action="store_true",
+            help="Count only workers on this host (a worker's liveness probe).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        queues = options["queues"] or sorted(queue_configs())
+        try:
+            for queue in queues:
+                connection_identity(queue)  # raises for a queue missing from RQ_QUEUES
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from exc
+        skip = set(options["skip"])
+        failures = []
+        if "database" not in skip:
+            failures += self._databases()
+        if not {"redis", "workers", "age"} <= skip:
+            failures += self._queues(queues, skip, options["max_age"], options["local"])
+        if failures:
+            raise CommandError(f"unhealthy: {'; '.join(failures)}", returncode=1)
+
+    def _report(self, ok: bool, check: str, detail: str) -> list[str]:
+        detail = " ".join(detail.split())  # driver errors span lines; a probe's log wants one
+        self.stdout.write(f"{'ok  ' if ok else 'FAIL'} {check}: {detail}")
+        return [] if ok else [f"{check}: {detail}"]
+
+    def _databases(self) -> list[str]:
+        failures = []
+        for alias in connections:
+            try:
+                with connections[alias].cursor() as cursor:
+                    cursor.execute("SELECT 1")
+            except DatabaseError as exc:
+                failures += self._report(False, "database", f"{alias}: {exc}")
+            else:
+                failures += self._report(True, "database", alias)
+        return failures
+
+    def _queues(self, queues: list[str], skip: set[str], max_age: float, local: bool) -> list[str]:
+        stats: list[QueueStats] = []
+        workers: list[Worker] = []
+        try:
+            for part in snapshot(queues):
+                stats += part.queues
+                workers += part.workers
+        except RedisError as exc:
+            return self._report(False, "redis", str(exc))
+        failures = [] if "redis" in skip else self._report(True, "redis", ", ".join(queues))
+        if local:
+            workers = [w for w in workers if w.hostname == socket.gethostname()]
+        for queue in stats:
+            if "workers" not in skip:
+                serving = sum(queue.name in w.queues for w in workers)
+                failures += self._report(bool(serving), "workers", f"{queue.name}: {serving} live")
+            if "age" not in skip:
+                age = queue.oldest_age or 0.0
+                failures += self._report(
+                    age <= max_age, "age", f"{queue.name}: oldest job waited {age:.0f} s (limit {max_age:g})"
+                )
+        return failures

@@ -1,0 +1,127 @@
+"""Per-job-type outcome counters in Redis: the overview's "last hour / last day" and its chart.
+
+No table of outcomes exists, and none is needed: each settled attempt adds one to two small hashes,
+
+* ``djjobs:stats:m:<YYYYmmddHHMM>`` per minute, kept two hours (the sliding last hour), and
+* ``djjobs:stats:h:<YYYYmmddHH>`` per hour, kept 26 hours (the last day, and the chart's bars),
+
+with fields ``<job name>|<outcome>``. Reading costs 84 HGETALLs in one round trip, however many jobs ran.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from redis import Redis
+from redis.exceptions import RedisError
+
+logger = logging.getLogger("django_jobs.stats")
+
+MINUTE_TTL = 2 * 3600
+HOUR_TTL = 26 * 3600
+HOURS = 24
+SUCCESS = "success"
+
+
+def minute_key(when: dt.datetime) -> str:
+    return f"djjobs:stats:m:{when.astimezone(dt.UTC):%Y%m%d%H%M}"
+
+
+def hour_key(when: dt.datetime) -> str:
+    return f"djjobs:stats:h:{when.astimezone(dt.UTC):%Y%m%d%H}"
+
+
+# Outcomes recorded in this process and not yet written: (minute, "<job>|<outcome>") -> count.
+# Work processes add one per job and write them in one pipeline at most once a second, so the
+# counters cost no Redis round trip per job.
+_pending: Counter[tuple[dt.datetime, str]] = Counter()
+_flushed_at = 0.0
+FLUSH_EVERY = 1.0
+
+
+def record(job: str, outcome: str, now: dt.datetime | None = None) -> None:
+    """Count one attempt's outcome (``execution.Outcome`` values), to be written by :func:`flush`."""
+    minute = (now or dt.datetime.now(dt.UTC)).replace(second=0, microsecond=0)
+    _pending[(minute, f"{job}|{outcome}")] += 1
+
+
+def flush(connection: Redis, *, every: float = FLUSH_EVERY) -> None:
+    """Write the recorded outcomes if ``every`` seconds passed since the last write. Best effort: a
+    Redis error keeps them for the next call and is never raised."""
+    global _flushed_at
+    if not _pending or time.monotonic() - _flushed_at < every:
+        return
+    batch = dict(_pending)
+    try:
+        with connection.pipeline(transaction=False) as pipe:
+            keys: dict[str, int] = {}
+            for (minute, name), n in batch.items():
+                for key, ttl in ((minute_key(minute), MINUTE_TTL), (hour_key(minute), HOUR_TTL)):
+                    pipe.hincrby(key, name, n)
+                    keys[key] = ttl
+            for key, ttl in keys.items():
+                pipe.expire(key, ttl)
+            pipe.execute()
+    except RedisError as exc:
+        logger.debug("Outcome counters not written yet: %s", exc)
+        return
+    _pending.subtract(batch)
+    for item in [k for k, v in _pending.items() if v <= 0]:
+        del _pending[item]
+    _flushed_at = time.monotonic()
+
+
+def forget() -> None:
+    """Drop what this process recorded: a forked child must not write its parent's counts again."""
+    _pending.clear()
+
+
+def count(connection: Redis, job: str, outcome: str, now: dt.datetime | None = None) -> None:
+    """Record one outcome and write everything recorded at once."""
+    record(job, outcome, now)
+    flush(connection, every=0)
+
+
+@dataclass
+class Tally:
+    successes: int = 0
+    failures: int = 0
+    """Failed attempts of any kind: retried, timed out, lost or dead-lettered."""
+
+    def add(self, outcome: str, n: int) -> None:
+        if outcome == SUCCESS:
+            self.successes += n
+        else:
+            self.failures += n
+
+
+@dataclass
+class JobStats:
+    hour: Tally = field(default_factory=Tally)
+    day: Tally = field(default_factory=Tally)
+    hourly: list[Tally] = field(default_factory=lambda: [Tally() for _ in range(HOURS)])
+    """One bucket per hour, oldest first; the last is the current hour."""
+
+
+def read(connection: Redis, now: dt.datetime, into: dict[str, JobStats]) -> None:
+    """Add this connection's counters to ``into`` (job name -> stats); read-only."""
+    minutes = [minute_key(now - dt.timedelta(minutes=i)) for i in range(60)]
+    hours = [hour_key(now - dt.timedelta(hours=HOURS - 1 - i)) for i in range(HOURS)]
+    with connection.pipeline(transaction=False) as pipe:
+        for key in minutes + hours:
+            pipe.hgetall(key)
+        replies: list[dict[bytes, bytes]] = pipe.execute()
+    for index, reply in enumerate(replies):
+        for raw_name, raw_count in reply.items():
+            job, _, outcome = raw_name.decode(errors="replace").rpartition("|")
+            stats = into.setdefault(job, JobStats())
+            n = int(raw_count)
+            if index < len(minutes):
+                stats.hour.add(outcome, n)
+            else:
+                stats.day.add(outcome, n)
+                stats.hourly[index - len(minutes)].add(outcome, n)

@@ -1,0 +1,46 @@
+"""``runjobs --metrics-port``: one HTTP endpoint for the supervisor and all its work processes."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import start_http_server
+
+from .. import metrics, registry
+from ..execution import Outcome
+
+logger = logging.getLogger("django_jobs.worker")
+
+
+@contextlib.contextmanager
+def serving(addr: str, port: int, queues: Sequence[str]) -> Iterator[int]:
+    """Serve ``/metrics`` on ``addr:port`` (0 picks a free port) and yield the port.
+
+    Call it before the supervisor forks: the work processes inherit the switch to multi-process
+    values. The files live in a private directory, removed on exit, so a restart starts from zero
+    as a scraper expects of a new process, and nothing else shares it.
+    """
+    directory = tempfile.mkdtemp(prefix="django-jobs-metrics-")
+    try:
+        metrics.use_multiprocess(directory)
+        metrics.initialise(
+            queues, [(job.name, job.queue) for job in registry.all_jobs()], [o.value for o in Outcome]
+        )
+        server, thread = start_http_server(port, addr, registry=metrics.registry())
+        # A forked work process must not hold the listening socket open (a restarted runjobs
+        # could not bind it while an orphan lives).
+        os.register_at_fork(after_in_child=server.socket.close)
+        logger.info("Worker metrics on http://%s:%d/metrics", addr, server.server_port)
+        try:
+            yield server.server_port
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

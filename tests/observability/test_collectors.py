@@ -1,0 +1,159 @@
+"""The web side's gauges: read from real Redis and the database at scrape time, at a cost that does
+not grow with the number of queued jobs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import pytest
+import redis
+from django.db import connection, transaction
+from django.test import RequestFactory
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from prometheus_client import CollectorRegistry, generate_latest
+
+from django_jobs import collectors
+from django_jobs.models import DeadLetter, OutboxEntry
+from django_jobs.store import rq_timestamp
+from tests.observability.conftest import samples
+from tests.testapp import jobs
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
+
+
+def scrape() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    registry = CollectorRegistry()
+    collectors.register(registry)
+    return samples(generate_latest(registry).decode())
+
+
+def gauge(scraped, name, **labels):
+    return scraped.get((name, frozenset(labels.items())))
+
+
+def worker(redis, name, state, queues="default,emails", hostname="host-a"):
+    redis.hset(f"rq:worker:{name}", mapping={"state": state, "queues": queues, "hostname": hostname})
+    redis.sadd("rq:workers", f"rq:worker:{name}")
+
+
+def dead_letter(job_name, status=DeadLetter.Status.OPEN):
+    return DeadLetter.objects.create(
+        job_id=f"{job_name}-{DeadLetter.objects.count()}",
+        job_name=job_name,
+        queue="default",
+        exception="builtins.ValueError",
+        attempts=1,
+        reason=DeadLetter.Reason.PERMANENT,
+        status=status,
+    )
+
+
+def test_queue_gauges_read_depth_head_age_and_scheduled_jobs(redis_db):
+    old = jobs.record.enqueue("first")
+    jobs.record.enqueue("second")
+    jobs.record.enqueue_in(600, "later")
+    two_minutes_ago = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=120)
+    redis_db.hset(f"rq:job:{old.id}", "enqueued_at", rq_timestamp(two_minutes_ago))
+    scraped = scrape()
+    assert gauge(scraped, "django_jobs_queue_depth", queue="default") == 2
+    assert 120 <= gauge(scraped, "django_jobs_queue_oldest_job_age_seconds", queue="default") < 130
+    assert gauge(scraped, "django_jobs_scheduled_jobs", queue="default") == 1
+    # Every configured queue is reported, empty ones at zero.
+    assert gauge(scraped, "django_jobs_queue_depth", queue="emails") == 0
+    assert gauge(scraped, "django_jobs_queue_oldest_job_age_seconds", queue="emails") == 0
+    assert gauge(scraped, "django_jobs_scheduled_jobs", queue="emails") == 0
+
+
+def test_a_poison_entry_at_the_head_leaves_the_age_out_but_not_the_depth(redis_db):
+    redis_db.set("rq:job:poison", "not a hash")
+    redis_db.rpush("rq:queue:default", "poison")
+    scraped = scrape()
+    assert gauge(scraped, "django_jobs_queue_depth", queue="default") == 1
+    assert gauge(scraped, "django_jobs_queue_oldest_job_age_seconds", queue="default") is None
+
+
+def test_live_workers_are_counted_by_state_and_expired_records_are_not(redis_db):
+    worker(redis_db, "host-a.1", "busy")
+    worker(redis_db, "host-a.2", "idle")
+    worker(redis_db, "host-b.1", "idle")
+    redis_db.sadd("rq:workers", "rq:worker:expired.1")  # its hash expired with its heartbeat
+    scraped = scrape()
+    assert gauge(scraped, "django_jobs_workers", state="busy") == 1
+    assert gauge(scraped, "django_jobs_workers", state="idle") == 2
+    redis_db.delete("rq:workers")
+    scraped = scrape()
+    assert gauge(scraped, "django_jobs_workers", state="busy") == 0
+    assert gauge(scraped, "django_jobs_workers", state="idle") == 0
+
+
+def test_dead_letter_and_outbox_gauges():
+    for _ in range(3):
+        dead_letter("tests.invalid")
+    dead_letter("tests.invalid", DeadLetter.Status.DISCARDED)
+    dead_letter("tests.permanent", DeadLetter.Status.REQUEUED)
+    with transaction.atomic():  # the on-commit push delivers it; the row waits for the relay to prune it
+        jobs.record.enqueue("outboxed")
+    OutboxEntry.objects.update(created_at=timezone.now() - dt.timedelta(seconds=30))
+    scraped = scrape()
+    assert gauge(scraped, "django_jobs_dead_letters", job="tests.invalid", status="open") == 3
+    assert gauge(scraped, "django_jobs_dead_letters", job="tests.invalid", status="discarded") == 1
+    assert gauge(scraped, "django_jobs_dead_letters", job="tests.permanent", status="requeued") == 1
+    assert gauge(scraped, "django_jobs_outbox_pending") == 1
+    assert 30 <= gauge(scraped, "django_jobs_outbox_oldest_age_seconds") < 40
+    OutboxEntry.objects.all().delete()
+    scraped = scrape()
+    assert gauge(scraped, "django_jobs_outbox_pending") == 0
+    assert gauge(scraped, "django_jobs_outbox_oldest_age_seconds") == 0
+
+
+def test_the_cost_does_not_grow_with_queued_jobs_or_dead_letters(private_redis):
+    server = redis.Redis.from_url(private_redis.url)
+
+    def cost() -> tuple[dict[str, int], int]:
+        """Redis commands run (inside the script too) and SQL queries, for one scrape."""
+        before = server.info("commandstats")
+        with CaptureQueriesContext(connection) as queries:
+            scrape()
+        after = server.info("commandstats")
+        calls = {name: after[name]["calls"] - before.get(name, {"calls": 0})["calls"] for name in after}
+        return {name: n for name, n in calls.items() if n and name != "cmdstat_info"}, len(queries)
+
+    jobs.record.enqueue("head")
+    dead_letter("tests.invalid")
+    cost()  # loads the script
+    small = cost()
+    jobs.record.enqueue_many([(f"k{i}",) for i in range(500)])
+    for _ in range(20):
+        dead_letter("tests.invalid")
+    assert cost() == small
+    assert small[0]["cmdstat_evalsha"] == 1  # one round trip for every queue and worker of the server
+    assert small[1] == 2  # one aggregate for the dead letters, one for the outbox
+
+
+def test_an_unreachable_redis_leaves_its_gauges_out_and_keeps_the_rest(redis_down, caplog):
+    dead_letter("tests.invalid")
+    with caplog.at_level(logging.WARNING, logger="django_jobs.metrics"):
+        scraped = scrape()
+    assert gauge(scraped, "django_jobs_dead_letters", job="tests.invalid", status="open") == 1
+    assert not [key for key in scraped if key[0] in ("django_jobs_queue_depth", "django_jobs_workers")]
+    assert "Redis did not answer" in caplog.text
+
+
+def test_registering_twice_is_harmless_and_touches_no_service(redis_down):
+    registry = CollectorRegistry(auto_describe=True)
+    with CaptureQueriesContext(connection) as queries:
+        collectors.register(registry)
+        collectors.register(registry)
+    assert not queries
+
+
+def test_the_multi_process_view_serves_the_gauges_too(monkeypatch, tmp_path):
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    dead_letter("tests.invalid")
+    response = collectors.metrics_view(RequestFactory().get("/metrics"))
+    assert response.status_code == 200
+    scraped = samples(response.content.decode())
+    assert gauge(scraped, "django_jobs_dead_letters", job="tests.invalid", status="open") == 1
+    assert gauge(scraped, "django_jobs_queue_depth", queue="default") == 0

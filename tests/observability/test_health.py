@@ -1,0 +1,113 @@
+"""``manage.py jobs_health``: exit 0 when jobs can flow, non-zero (with the reason) when they cannot."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connections
+
+from django_jobs.store import rq_timestamp
+from tests.conftest import ROOT
+from tests.testapp import jobs
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
+
+
+def health(*args: str) -> tuple[int, str]:
+    out = io.StringIO()
+    try:
+        call_command("jobs_health", *args, stdout=out)
+    except CommandError as exc:
+        return exc.returncode, out.getvalue()
+    return 0, out.getvalue()
+
+
+def worker(redis, name="host.1", queues="default,emails", hostname="elsewhere"):
+    redis.hset(f"rq:worker:{name}", mapping={"state": "idle", "queues": queues, "hostname": hostname})
+    redis.sadd("rq:workers", f"rq:worker:{name}")
+
+
+def test_healthy_when_services_answer_every_queue_has_a_worker_and_nothing_waits_long(redis_db):
+    worker(redis_db)
+    jobs.record.enqueue("fresh")
+    code, out = health()
+    assert code == 0, out
+    assert out.splitlines() == [
+        "ok   database: default",
+        "ok   database: other",
+        "ok   redis: default, emails",
+        "ok   workers: default: 1 live",
+        "ok   age: default: oldest job waited 0 s (limit 600)",
+        "ok   workers: emails: 1 live",
+        "ok   age: emails: oldest job waited 0 s (limit 600)",
+    ]
+
+
+def test_a_queue_without_a_live_worker_is_unhealthy(redis_db):
+    worker(redis_db, queues="emails")
+    redis_db.sadd("rq:workers", "rq:worker:expired.1")  # a dead worker whose record expired
+    code, out = health()
+    assert code == 1
+    assert "FAIL workers: default: 0 live" in out and "ok   workers: emails: 1 live" in out
+    assert health("emails")[0] == 0
+    assert health("--skip", "workers")[0] == 0
+
+
+def test_local_counts_only_this_hosts_workers(redis_db):
+    worker(redis_db, hostname="another-host")
+    assert health("--local")[0] == 1
+    worker(redis_db, name="here.1", hostname=socket.gethostname())
+    assert health("--local")[0] == 0
+
+
+def test_a_job_waiting_too_long_is_unhealthy(redis_db):
+    worker(redis_db)
+    handle = jobs.record.enqueue("stuck")
+    stuck_since = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=700)
+    redis_db.hset(f"rq:job:{handle.id}", "enqueued_at", rq_timestamp(stuck_since))
+    code, out = health()
+    assert code == 1 and "FAIL age: default: oldest job waited 700 s (limit 600)" in out
+    assert health("--max-age", "900")[0] == 0
+    assert health("--skip", "age")[0] == 0
+
+
+def test_an_unreachable_redis_is_unhealthy(redis_down):
+    code, out = health()
+    assert code == 1
+    assert "FAIL redis: Error 111 connecting" in out
+
+
+def test_an_unknown_queue_is_an_error():
+    with pytest.raises(CommandError, match="nowhere"):
+        call_command("jobs_health", "nowhere")
+
+
+@pytest.mark.parametrize("reachable", [True, False])
+def test_as_a_probe_the_exit_code_says_whether_the_database_answers(reachable, tmp_path):
+    name = str(connections["default"].settings_dict["NAME"])
+    if not reachable:  # a file in a missing directory, or a PostgreSQL database that does not exist
+        name = (
+            str(tmp_path / "missing" / "db.sqlite3")
+            if connections["default"].vendor == "sqlite"
+            else "nowhere"
+        )
+    probe = subprocess.run(
+        [sys.executable, "-m", "django", "jobs_health", "--skip", "workers", "--settings", "tests.settings"],
+        cwd=ROOT,
+        env={**os.environ, "JOBS_TEST_DB_NAME": name},
+        capture_output=True,
+        timeout=60,
+    )
+    output = (probe.stdout + probe.stderr).decode()
+    if reachable:
+        assert probe.returncode == 0, output
+    else:
+        assert probe.returncode == 1, output
+        assert "FAIL database: default:" in output and "unhealthy: database: default" in output
