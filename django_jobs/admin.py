@@ -433,3 +433,6 @@ class DeadLetterAdmin(_Base):
         self._require(self.has_discard_permission(request))
         self.discard(request, [get_object_or_404(DeadLetter, pk=pk)])
         return HttpResponseRedirect(reverse("admin:django_jobs_deadletter_change", args=[pk]))
+
+
+from . import chain_admin  # noqa: E402, F401  the chains have their own admin module

@@ -30,6 +30,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from redis.exceptions import RedisError
 
+from . import cron
 from .connections import connection_identity, get_connection, queue_configs
 from .models import DeadLetter, OutboxEntry
 
@@ -122,7 +123,7 @@ class JobsCollector:
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        depth, age, scheduled, dead, pending, outbox_age, workers = families
+        depth, age, scheduled, dead, pending, outbox_age, workers, overdue = families
         states = Tally({"busy": 0, "idle": 0})
         try:
             for stats in snapshot(sorted(queue_configs())):
@@ -143,6 +144,8 @@ class JobsCollector:
             count, oldest = _outbox()
             pending.add_metric([], count)
             outbox_age.add_metric([], (timezone.now() - oldest).total_seconds() if oldest else 0.0)
+            for name, count in cron.overdue_by_job().items():
+                overdue.add_metric([name], count)
         except DatabaseError as exc:
             logger.warning("Dead-letter and outbox gauges left out of this scrape: %s", exc)
         return families
@@ -172,6 +175,11 @@ class JobsCollector:
             ),
             GaugeMetricFamily(
                 "django_jobs_workers", "Live worker processes by state (busy, idle).", labels=["state"]
+            ),
+            GaugeMetricFamily(
+                "django_jobs_cron_overdue",
+                "Periods of a periodic job whose run has not finished by its deadline (the next period).",
+                labels=["job"],
             ),
         ]
 

@@ -68,3 +68,21 @@ def test_kwargs_follow_the_payload_rules():
 
     with pytest.raises(PayloadError, match="model instance"):
         jobs.sync_items.start(page_size=Item(name="x"))
+
+
+def test_the_admin_shows_progress_and_pauses_by_post(client):
+    from django.contrib.auth.models import User
+    from django.urls import reverse
+
+    items(30)
+    started = jobs.sync_items.start(page_size=10)
+    run_jobs()
+    paused = jobs.sync_items.start(page_size=10)
+    client.force_login(User.objects.create_superuser("admin", password="pw"))
+    page = client.get(reverse("admin:django_jobs_chain_changelist")).content.decode()
+    assert str(started.pk) in page and ">30<" in page  # items done
+    assert f"q={started.pk}" in page  # the link to its dead letters
+    client.post(
+        reverse("admin:django_jobs_chain_changelist"), {"action": "pause", "_selected_action": [paused.pk]}
+    )
+    assert Chain.objects.get(pk=paused.pk).status == Chain.Status.PAUSED

@@ -129,7 +129,7 @@ def test_the_cost_does_not_grow_with_queued_jobs_or_dead_letters(private_redis):
         dead_letter("tests.invalid")
     assert cost() == small
     assert small[0]["cmdstat_evalsha"] == 1  # one round trip for every queue and worker of the server
-    assert small[1] == 2  # one aggregate for the dead letters, one for the outbox
+    assert small[1] == 3  # one aggregate each: dead letters, outbox, overdue periodic runs
 
 
 def test_an_unreachable_redis_leaves_its_gauges_out_and_keeps_the_rest(redis_down, caplog):
@@ -157,3 +157,17 @@ def test_the_multi_process_view_serves_the_gauges_too(monkeypatch, tmp_path):
     scraped = samples(response.content.decode())
     assert gauge(scraped, "django_jobs_dead_letters", job="tests.invalid", status="open") == 1
     assert gauge(scraped, "django_jobs_queue_depth", queue="default") == 0
+
+
+def test_cron_periods_past_their_deadline_unfinished_are_counted_per_job():
+    from django_jobs.models import CronRun
+
+    now = timezone.now()
+    CronRun.objects.create(name="tests.tick", scheduled_for=now - dt.timedelta(hours=2),
+                           deadline=now - dt.timedelta(hours=1))  # fmt: skip
+    CronRun.objects.create(name="tests.tick", scheduled_for=now - dt.timedelta(hours=1), deadline=now,
+                           finished_at=now)  # fmt: skip
+    CronRun.objects.create(name="tests.hourly", scheduled_for=now, deadline=now + dt.timedelta(hours=1))
+    scraped = scrape()
+    assert gauge(scraped, "django_jobs_cron_overdue", job="tests.tick") == 1
+    assert gauge(scraped, "django_jobs_cron_overdue", job="tests.hourly") is None
