@@ -1,5 +1,8 @@
 """The test matrix: each supported Django on the Python it is tested with, on SQLite and PostgreSQL."""
 
+import os
+import subprocess
+
 import nox
 
 nox.options.sessions = ["lint", "tests"]
@@ -26,11 +29,27 @@ def lint(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("python,django,databases", MATRIX, ids=["py3.11-django5.2", "py3.12-django6.0"])
 def tests(session: nox.Session, django: str, databases: str) -> None:
+    """Each database's run in parallel: they share nothing (own Redis database, own test database)."""
     session.install("-e", ".[test]", django)
-    args = session.posargs or []
-    for db in databases.split(","):
-        redis_db = REDIS_DB[db]
-        session.run(
-            "python", "-m", "pytest", *args,
-            env={"JOBS_TEST_DB": db, "JOBS_TEST_REDIS_URL": f"redis://127.0.0.1:6379/{redis_db}"},
-        )  # fmt: skip
+    first, *others = databases.split(",")
+    background = []
+    for db in others:
+        log = open(f".nox/pytest-{db}.log", "w+")  # noqa: SIM115 - read back once the run is over
+        command = ["python", "-m", "pytest", "-p", "no:cacheprovider", *session.posargs]
+        background.append((db, log, subprocess.Popen(command, env={**os.environ, **_env(session, db)},
+                                                     stdout=log, stderr=subprocess.STDOUT)))  # fmt: skip
+    session.run("python", "-m", "pytest", *session.posargs, env=_env(session, first))
+    for db, log, process in background:
+        code = process.wait()
+        log.seek(0)
+        print(f"--- pytest on {db} ---\n{log.read()}")
+        if code:
+            session.error(f"pytest on {db} failed (exit {code})")
+
+
+def _env(session: nox.Session, db: str) -> dict[str, str]:
+    return {
+        "PATH": f"{session.bin}{os.pathsep}{os.environ['PATH']}",
+        "JOBS_TEST_DB": db,
+        "JOBS_TEST_REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB[db]}",
+    }
