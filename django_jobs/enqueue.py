@@ -149,7 +149,7 @@ def push(envelopes: Sequence[Envelope]) -> set[str]:
     for envelope in envelopes:
         by_queue.setdefault(envelope.queue, []).append(envelope)
     for queue, group in by_queue.items():
-        seen |= Store(get_connection(queue)).push(group)
+        seen |= Store.of(get_connection(queue)).push(group)
     return seen
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -382,7 +383,7 @@ def _flat(fields: dict[str, Any]) -> list[Any]:
 
 
 class Store:
-    """The scripts bound to one Redis connection."""
+    """The scripts bound to one Redis connection; :meth:`of` shares one per connection."""
 
     WAKE_CAP = 64
 
@@ -400,20 +401,30 @@ class Store:
 
     UNIQUE_TTL = 7 * 24 * 3600
 
+    @classmethod
+    def of(cls, connection: Redis) -> Store:
+        """The store of ``connection``, built once: registering the scripts hashes their text."""
+        store = _stores.get(connection)
+        if store is None:
+            store = _stores[connection] = cls(connection)
+        return store
+
     def push(self, jobs: Iterable[Pushable], chunk: int = 500) -> set[str]:
         """Push jobs in one round trip; returns the ids not pushed (already there, or unique duplicates)."""
         batch = [[j.id, j.queue, j.due, _flat(j.fields()), j.unique_key, j.debounce] for j in jobs]
         seen: set[str] = set()
         if not batch:
             return seen
-        with self.connection.pipeline(transaction=False) as pipe:
-            for start in range(0, len(batch), chunk):
-                self._push(
-                    args=[json.dumps(batch[start : start + chunk]), self.WAKE_CAP, self.UNIQUE_TTL],
-                    client=pipe,
-                )
-            for result in pipe.execute():
-                seen.update(x.decode() if isinstance(x, bytes) else x for x in result)
+        chunks = [json.dumps(batch[start : start + chunk]) for start in range(0, len(batch), chunk)]
+        if len(chunks) == 1:  # the common case: one EVALSHA, no pipeline (which would add SCRIPT EXISTS)
+            results = [self._push(args=[chunks[0], self.WAKE_CAP, self.UNIQUE_TTL])]
+        else:
+            with self.connection.pipeline(transaction=False) as pipe:
+                for data in chunks:
+                    self._push(args=[data, self.WAKE_CAP, self.UNIQUE_TTL], client=pipe)
+                results = pipe.execute()
+        for result in results:
+            seen.update(_text(x) for x in result)
         return seen
 
     def complete_and_claim(
@@ -495,3 +506,6 @@ class Store:
     def job_fields(self, job_id: str) -> dict[str, bytes]:
         raw: dict[bytes, bytes] = self.connection.hgetall(job_key(job_id))  # type: ignore[assignment]
         return {k.decode(): v for k, v in raw.items()}
+
+
+_stores: weakref.WeakKeyDictionary[Redis, Store] = weakref.WeakKeyDictionary()

@@ -118,7 +118,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
     supervisor), but the soft timeout still applies. Returns the number of attempts run.
     """
     names = list(queues or queue_configs())
-    store = Store(get_connection(names[0]))
+    store = Store.of(get_connection(names[0]))
     store.maintain(names)
     ran = 0
     limits = registry.limits_json()

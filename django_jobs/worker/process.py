@@ -60,7 +60,7 @@ class WorkProcess:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which decides
 
     def run(self) -> int:
-        store = Store(self.connection)
+        store = Store.of(self.connection)
         parent = os.getppid()
         nonce_base = uuid.uuid4().hex[:12]
         finished: tuple[str, str] | None = None

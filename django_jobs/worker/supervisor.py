@@ -73,7 +73,7 @@ class Supervisor:
     ) -> None:
         self.connection, self.queues = connection, list(queues)
         self.concurrency, self.burst, self.max_jobs = concurrency, burst, max_jobs
-        self.store = Store(connection)
+        self.store = Store.of(connection)
         self.maintenance = Maintenance(self.store, self.queues, jobs_settings.MAINTENANCE_INTERVAL)
         self.slots: dict[int, Slot] = {}
         self.stopping = False
