@@ -110,11 +110,7 @@ def settle_failure(store: Store, claimed: Claimed, exc: BaseException, *, lost: 
     if failed.verdict is Verdict.RETRY and definition is not None:
         # A lost worker's job goes straight back: the crash was not the job's failure to back off from.
         delay = 0.0 if isinstance(exc, WorkerLost) else definition.policy.delay(claimed.attempt)
-        settled = (
-            store.settle_lost(claimed.token, claimed.queue, retry=True, fields=fields)
-            if lost
-            else store.fail(claimed.token, claimed.queue, delay=delay, fields=fields)
-        )
+        settled = store.fail(claimed.token, claimed.queue, delay=delay, fields=fields, lost=lost)
         if settled:
             job_retrying.send(
                 sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt, delay=delay
@@ -124,11 +120,7 @@ def settle_failure(store: Store, claimed: Claimed, exc: BaseException, *, lost: 
         else:
             outcome = Outcome.TIMEOUT if isinstance(exc, JobTimeout) else Outcome.RETRY
     else:
-        settled = (
-            store.settle_lost(claimed.token, claimed.queue, retry=False, fields=fields)
-            if lost
-            else store.fail(claimed.token, claimed.queue, delay=None, fields=fields)
-        )
+        settled = store.fail(claimed.token, claimed.queue, delay=None, fields=fields, lost=lost)
         if settled:
             failure = deadletter.Failure(
                 claimed.id,

@@ -212,13 +212,13 @@ return {finished}
 """
 )
 
-# Fenced failure of one attempt. ARGV: token, queue, delay seconds (retry; 0 = the head of the queue now)
-# or -1 (dead),
-# then field/value pairs to write on the job hash. A dead job moves to DYING until its row is written.
+# Fenced failure of one attempt. KEYS[1]: where its token is (LEASES, or LOST once reaped).
+# ARGV: token, queue, delay seconds (retry; 0 = the head of the queue now) or -1 (dead), then
+# field/value pairs to write on the job hash. A dead job moves to DYING until its row is written.
 _FAIL = (
     _NOW
     + """
-if redis.call('ZREM', 'djjobs:leases', ARGV[1]) == 0 then return 0 end
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 local id = string.match(ARGV[1], '^(.*):[^:]*$')
 local key = 'rq:job:' .. id
 redis.call('ZREM', 'rq:wip:' .. ARGV[2], ARGV[1])
@@ -299,27 +299,6 @@ return {lost, promoted}
 """
 )
 
-# Settle a lost attempt. ARGV: token, queue, 'retry' or 'dead', then field/value pairs.
-_SETTLE_LOST = (
-    _NOW
-    + """
-if redis.call('ZREM', 'djjobs:lost', ARGV[1]) == 0 then return 0 end
-local id = string.match(ARGV[1], '^(.*):[^:]*$')
-local key = 'rq:job:' .. id
-redis.call('ZREM', 'rq:wip:' .. ARGV[2], ARGV[1])
-if #ARGV > 3 then redis.call('HSET', key, unpack(ARGV, 4)) end
-if ARGV[3] == 'retry' then
-  redis.call('HSET', key, 'status', 'queued')
-  redis.call('LPUSH', 'rq:queue:' .. ARGV[2], id)
-  redis.call('RPUSH', 'djjobs:wake:' .. ARGV[2], 1)
-else
-  redis.call('HSET', key, 'status', 'failed')
-  redis.call('ZADD', 'djjobs:dying', now, id)
-end
-return 1
-"""
-)
-
 # A dead letter's row exists: forget the job. ARGV: id, ttl for the job hash.
 _BURIED = """
 if redis.call('ZREM', 'djjobs:dying', ARGV[1]) == 1 then
@@ -396,7 +375,6 @@ class Store:
         self._release: Script = register(_RELEASE)
         self._heartbeat: Script = register(_HEARTBEAT)
         self._maintain: Script = register(_MAINTAIN)
-        self._settle_lost: Script = register(_SETTLE_LOST)
         self._buried: Script = register(_BURIED)
 
     UNIQUE_TTL = 7 * 24 * 3600
@@ -468,9 +446,15 @@ class Store:
         fields["dj_attempt"] = str(int_field(fields, "dj_attempt", 0) + 1).encode()  # as the script counted
         return ok, Claimed(queue.decode(), job_id.decode(), token_b.decode(), fields)
 
-    def fail(self, token: str, queue: str, *, delay: float | None, fields: dict[str, Any]) -> bool:
-        """Record a failed attempt: retry after ``delay`` seconds, or (``None``) start dead-lettering."""
-        return bool(self._fail(args=[token, queue, -1 if delay is None else delay, *_flat(fields)]))
+    def fail(
+        self, token: str, queue: str, *, delay: float | None, fields: dict[str, Any], lost: bool = False
+    ) -> bool:
+        """Record a failed attempt: retry after ``delay`` seconds (0: at the head of the queue now),
+        or (``None``) start dead-lettering. ``lost``: the reaper already moved its lease to LOST."""
+        source = LOST if lost else LEASES
+        return bool(
+            self._fail(keys=[source], args=[token, queue, -1 if delay is None else delay, *_flat(fields)])
+        )
 
     def release(self, token: str, queue: str) -> bool:
         """Put a running job back at the head of its queue without spending an attempt."""
@@ -490,9 +474,6 @@ class Store:
 
     def lost_tokens(self, limit: int = 100) -> list[str]:
         return [_text(t) for t in self.connection.zrange(LOST, 0, limit - 1)]
-
-    def settle_lost(self, token: str, queue: str, *, retry: bool, fields: dict[str, Any]) -> bool:
-        return bool(self._settle_lost(args=[token, queue, "retry" if retry else "dead", *_flat(fields)]))
 
     def dying(self, older_than: float, limit: int = 100) -> list[str]:
         """Jobs stuck between "dead" and "row written" for longer than ``older_than`` seconds."""
