@@ -45,6 +45,7 @@ class Slot:
     timed_out: bool = False
     handed_back: bool = False
     abandoned: bool = False  # its lease was taken back: nothing left to settle
+    suspect: str | None = None  # the running attempt's token, if the last heartbeat found no lease
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
@@ -238,14 +239,21 @@ class Supervisor:
 
     def _fence(self, gone: set[str]) -> None:
         """Kill attempts whose lease was taken back (e.g. after a long Redis outage), so a job
-        never runs twice at once; whoever took the lease runs or settles the job."""
+        never runs twice at once; whoever took the lease runs or settles the job.
+
+        A lease also disappears when the work process itself completes or fails the job, a moment
+        before it tells us so. So a missing lease is only trusted when two heartbeats in a row (a
+        third of a lease apart) find the same attempt still running without one.
+        """
         for slot in self.slots.values():
-            if slot.token in gone and slot.deadline is not None and not slot.abandoned:
+            missing = slot.token in gone and slot.deadline is not None and not slot.abandoned
+            if missing and slot.suspect == slot.token:
                 logger.error(
                     "Lease of job %s was taken back; stopping its attempt in process %d", slot.token, slot.pid
                 )
                 slot.abandoned = True
                 self._signal(slot.pid, signal.SIGKILL)
+            slot.suspect = slot.token if missing else None
 
     # --- Redis bookkeeping -----------------------------------------------------------------------
 

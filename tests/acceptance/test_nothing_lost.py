@@ -13,6 +13,7 @@ import time
 import pytest
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from django_jobs.models import DeadLetter, OutboxEntry
 from tests.chaos import CuttableProxy
@@ -218,3 +219,19 @@ def test_a_second_sigterm_hands_the_job_back_at_once(private_redis, runjobs):
     client = private_redis_client(private_redis)
     assert client.lrange("rq:queue:default", 0, -1) == [handle.id.encode()]
     assert client.hget(f"rq:job:{handle.id}", "dj_attempt") == b"0"
+
+
+def test_an_attempt_whose_lease_was_taken_back_is_stopped_so_the_job_never_runs_twice_at_once(
+    private_redis, runjobs
+):
+    runjobs("--concurrency", "2", extra_env={"JOBS_TEST_REDIS_URL": private_redis.url})
+    jobs.slow.enqueue("fenced", 4)
+    wait_for(lambda: attempt_times("fenced"))
+    client = private_redis_client(private_redis)
+    (token,) = client.zrange("djjobs:leases", 0, -1)
+    client.zrem("djjobs:leases", token)  # what another runjobs' reaper does after a long outage
+    client.zadd("djjobs:lost", {token: 0})
+    wait_for(lambda: len(attempt_times("fenced")) == 2, timeout=30)  # the job runs again, elsewhere
+    wait_for(lambda: done("fenced") == 1, timeout=30)
+    time.sleep(max(0.0, 5 - (timezone.now() - attempt_times("fenced")[0]).total_seconds()))
+    assert done("fenced") == 1  # the first attempt was stopped: it never finished alongside the second
