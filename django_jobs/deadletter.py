@@ -10,7 +10,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.contrib.contenttypes.models import ContentType
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
@@ -125,6 +124,9 @@ def _audit(actor: Actor, changes: list[tuple[DeadLetter, str]], using: str) -> N
     """One LogEntry per changed entry: who (the actor), what (the message), when (action time)."""
     if actor is None or not actor.is_authenticated or not changes:
         return
+    # Imported here: the worker records dead letters without django.contrib.admin installed.
+    from django.contrib.admin.models import CHANGE, LogEntry
+
     content_type = ContentType.objects.db_manager(using).get_for_model(DeadLetter)
     LogEntry.objects.using(using).bulk_create(
         LogEntry(

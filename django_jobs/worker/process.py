@@ -81,6 +81,8 @@ class WorkProcess:
                 )
                 finished, backoff = None, 0.1
             except RedisError as exc:
+                if finished is None and not queues:
+                    return 0  # stopping and holding nothing: nothing needs Redis any more
                 logger.warning("Redis unavailable (%s); retrying in %.1f s", exc, backoff)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)

@@ -139,6 +139,10 @@ class Supervisor:
         fds = {slot.fd: slot for slot in self.slots.values()}
         try:
             ready, _, _ = select.select(list(fds), [], [], timeout)
+            if ready and not self.stopping:
+                # Let reports pile up for a moment rather than waking two or three times per job.
+                time.sleep(0.005)
+                ready, _, _ = select.select(list(fds), [], [], 0)
         except InterruptedError:
             return
         for fd in ready:
@@ -232,10 +236,10 @@ class Supervisor:
                 logger.error("Job %s overran its timeout; killing work process %d", slot.token, slot.pid)
                 slot.timed_out = True
                 self._signal(slot.pid, signal.SIGKILL)
-            if self.stop_by is not None and now >= self.stop_by and slot.token and not slot.handed_back:
-                if slot.deadline is not None:
+            if self.stop_by is not None and now >= self.stop_by and not slot.handed_back:
+                if slot.token and slot.deadline is not None:
                     slot.handed_back = True
-                self._signal(slot.pid, signal.SIGKILL)
+                self._signal(slot.pid, signal.SIGKILL)  # idle ones too: one stuck on Redis never exits
 
     def _fence(self, gone: set[str]) -> None:
         """Kill attempts whose lease was taken back (e.g. after a long Redis outage), so a job

@@ -235,3 +235,14 @@ def test_an_attempt_whose_lease_was_taken_back_is_stopped_so_the_job_never_runs_
     wait_for(lambda: done("fenced") == 1, timeout=30)
     time.sleep(max(0.0, 5 - (timezone.now() - attempt_times("fenced")[0]).total_seconds()))
     assert done("fenced") == 1  # the first attempt was stopped: it never finished alongside the second
+
+
+def test_sigterm_stops_runjobs_while_redis_is_down(private_redis, runjobs):
+    worker = runjobs(extra_env={"JOBS_TEST_REDIS_URL": private_redis.url, "JOBS_TEST_SHUTDOWN_GRACE": "1"})
+    jobs.record.enqueue("warm")
+    wait_for(lambda: done("warm") == 1)
+    private_redis.stop()
+    started = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(20) == 0, worker.output()
+    assert time.monotonic() - started < 1 + 5
