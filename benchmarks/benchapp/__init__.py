@@ -1,0 +1,1 @@
+"""The benchmark's jobs and the one table their writes go to."""

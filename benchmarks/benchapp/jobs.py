@@ -1,0 +1,38 @@
+"""The jobs the benchmarks run: no-ops, an idempotent database write, and a latency probe."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from django_jobs import idempotent, job
+
+from .models import Write
+
+
+@job(name="bench.noop", timeout=30)
+def noop(n: int) -> None:
+    """Does nothing: measures the worker's own cost per job."""
+
+
+def rq_noop(n: int) -> None:
+    """The same no-op as a plain function, for RQ's workers."""
+
+
+@job(name="bench.write_once", timeout=30)
+def write_once(key: str, n: int) -> None:
+    """One real database write, done at most once per key."""
+    with idempotent(f"write_once:{key}") as first:
+        if first:
+            Write.objects.create(n=n)
+
+
+@job(name="bench.probe", timeout=30)
+def probe(n: int, path: str) -> None:
+    """Append ``<n> <start time>`` to ``path`` (one O_APPEND write, so concurrent probes don't mix)."""
+    started = time.time()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{n} {started:.6f}\n".encode())
+    finally:
+        os.close(fd)

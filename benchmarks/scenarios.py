@@ -1,0 +1,499 @@
+"""The measurements. Each stores plain numbers in ``Bench.results``; ``benchmarks.run`` renders them.
+
+Django must be set up (``benchmarks.settings``) before this module is imported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import math
+import statistics
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import django_rq
+from django.db import transaction
+from redis import Redis
+from rq import Queue
+from rq.serializers import JSONSerializer
+
+from django_jobs.models import DeadLetter, IdempotencyKey, OutboxEntry
+from django_jobs.store import LEASES, job_key, queue_key
+
+from .benchapp.jobs import noop, probe, rq_noop, write_once
+from .benchapp.models import Write
+from .infra import (
+    JSON_SERIALIZER,
+    BenchError,
+    PrivateRedis,
+    RedisCount,
+    Runner,
+    children,
+    count_monitor,
+    cpu_seconds,
+    manage,
+    monitor,
+    read_counters,
+    redis_cpu_seconds,
+    reset_counters,
+    rss_mib,
+    stop,
+    wait_until,
+)
+
+QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much work each benchmark does."""
+
+    jobs: int = 2000  # throughput and Redis commands
+    repeat: int = 3
+    enqueue_tx: int = 10_000  # jobs in the one transaction
+    enqueue_single: int = 2000  # one-by-one enqueues
+    probes: int = 200  # latency probes, one every PROBE_INTERVAL
+    due_probes: int = 20  # enqueue_in(DUE_DELAY) probes
+    memory_jobs: int = 100_000
+    memory_first: int = 1000
+
+
+PROBE_INTERVAL = 0.02
+DUE_DELAY = 0.5
+
+
+Process = subprocess.Popen[bytes]
+
+
+def alive(process: Process) -> bool:
+    """True while a long-lived runjobs runs; raises if it exited, so no wait outlives it."""
+    if process.poll() is not None:
+        raise BenchError(f"runjobs exited with {process.returncode} while jobs were waiting")
+    return True
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(math.ceil(pct / 100 * len(ordered)) - 1, 0)]
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One worker command of the throughput comparison."""
+
+    key: str
+    label: str
+    argv: tuple[str, ...]
+    rq: bool  # runs RQ jobs (rq_noop) rather than django_jobs jobs
+    write: bool = False  # runs bench.write_once instead of bench.noop
+
+
+def _rqworker(*extra: str) -> tuple[str, ...]:
+    return (*extra, "--burst", "-v", "0", "--serializer", JSON_SERIALIZER, QUEUE)
+
+
+def _runjobs(concurrency: int) -> tuple[str, ...]:
+    return tuple(manage("runjobs", "--burst", "--concurrency", str(concurrency), QUEUE))
+
+
+WORKERS = [
+    Worker("runjobs_c1", "`runjobs --concurrency 1`", _runjobs(1), False),
+    Worker("runjobs_c2", "`runjobs --concurrency 2`", _runjobs(2), False),
+    Worker("rqworker", "`rqworker` (fork per job)", tuple(manage(*_rqworker("rqworker"))), True),
+    Worker(
+        "rqworker_pool",
+        "`rqworker-pool --num-workers 2`",
+        tuple(manage(*_rqworker("rqworker-pool", "--num-workers", "2"))),
+        True,
+    ),
+    Worker(
+        "simpleworker",
+        "`rqworker --worker-class rq.worker.SimpleWorker`",
+        tuple(manage(*_rqworker("rqworker", "--worker-class", "rq.worker.SimpleWorker"))),
+        True,
+    ),
+    Worker(
+        "runjobs_c2_write", "`runjobs --concurrency 2`, `bench.write_once`", _runjobs(2), False, write=True
+    ),
+]
+WORKERS_BY_KEY = {w.key: w for w in WORKERS}
+
+
+@dataclass
+class Bench:
+    """The benchmarks, sharing one private Redis, one database and one subprocess runner."""
+
+    sizes: Sizes
+    redis: PrivateRedis
+    runner: Runner
+    workdir: Path
+    log: Callable[[str], None]
+    results: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def client(self) -> Redis:
+        return self.redis.client
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        self.client.flushdb()
+
+    @functools.cached_property
+    def _rq_queue(self) -> Queue:
+        """A bare RQ queue with its own connection, as a plain RQ user would have."""
+        return Queue(QUEUE, connection=Redis.from_url(self.redis.url), serializer=JSONSerializer)
+
+    def _enqueue(self, worker: Worker, n: int, tag: str, check: bool = True) -> list[str]:
+        """Put ``n`` jobs for ``worker`` in the queue (untimed, in batches); returns their ids."""
+        ids: list[str] = []
+        for start in range(0, n, 5000):
+            batch = range(start, min(start + 5000, n))
+            if worker.rq:
+                jobs = self._rq_queue.enqueue_many([Queue.prepare_data(rq_noop, (i,)) for i in batch])
+                ids += [j.id for j in jobs]
+            elif worker.write:
+                ids += [h.id for h in write_once.enqueue_many([(f"{tag}:{i}", i) for i in batch])]
+            else:
+                ids += [h.id for h in noop.enqueue_many([(i,) for i in batch])]
+        if check:
+            self._expect_queued(n)
+        return ids
+
+    def _verify(self, worker: Worker, ids: Sequence[str]) -> None:
+        """Every job ran to success exactly as it should have."""
+        if self.client.llen(queue_key(QUEUE)):
+            raise BenchError(f"{worker.key}: jobs left in the queue")
+        if worker.rq:
+            finished = self.client.zcard(f"rq:finished:{QUEUE}")
+            failed = self.client.zcard(f"rq:failed:{QUEUE}")
+            if finished != len(ids) or failed:
+                raise BenchError(f"{worker.key}: {finished} finished, {failed} failed of {len(ids)}")
+            return
+        with self.client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hget(job_key(job_id), "status")
+            statuses = pipe.execute()
+        done = sum(s == b"finished" for s in statuses)
+        if done != len(ids) or DeadLetter.objects.exists():
+            raise BenchError(f"{worker.key}: {done} of {len(ids)} jobs finished")
+        if worker.write and Write.objects.count() != len(ids):
+            raise BenchError(f"{worker.key}: {Write.objects.count()} writes for {len(ids)} jobs")
+
+    def _clean_db(self) -> None:
+        Write.objects.all().delete()
+        IdempotencyKey.objects.all().delete()
+        OutboxEntry.objects.all().delete()
+
+    def _timeout(self, n: int) -> float:
+        return 120 + n / 20  # far above the slowest worker's ~45 jobs/s, but bounded
+
+    def _start_runjobs(self, concurrency: int) -> Process:
+        """A long-lived ``runjobs``; returns once its work processes are registered and idle."""
+        self._flush()
+        process, _ = self.runner.start(manage("runjobs", "--concurrency", str(concurrency)))
+        wait_until(lambda: self.client.scard("rq:workers") >= concurrency, 60, "runjobs to start")
+        wait_until(lambda: len(children(process.pid)) >= concurrency, 10, "work processes")
+        time.sleep(0.5)
+        if process.poll() is not None:
+            raise BenchError(f"runjobs exited with {process.returncode}")
+        return process
+
+    # --- 2. processing throughput ----------------------------------------------------------------
+
+    def _span(self, ids: Sequence[str]) -> float:
+        """Seconds from the first job's start to the last job's end, as the workers recorded them
+        in the job hashes (``started_at`` / ``ended_at``, which RQ and django_jobs both write)."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hmget(job_key(job_id), ["started_at", "ended_at"])
+            stamps = pipe.execute()
+        starts = [dt.datetime.fromisoformat(a.decode()) for a, _ in stamps]
+        ends = [dt.datetime.fromisoformat(b.decode()) for _, b in stamps]
+        return (max(ends) - min(starts)).total_seconds()
+
+    def _drain(self, worker: Worker, n: int, tag: str) -> tuple[float, float, float]:
+        """One run: (first start -> last end, wall time, wall time of the empty-queue run)."""
+        self._flush()
+        self._clean_db()
+        ids = self._enqueue(worker, n, tag)
+        full = self.runner.timed(worker.argv, self._timeout(n))
+        self._verify(worker, ids)
+        span = self._span(ids)
+        self._flush()
+        empty = self.runner.timed(worker.argv, 120)
+        return span, full, empty
+
+    def throughput(self, keys: Sequence[str]) -> None:
+        """Drain N pre-enqueued jobs with each worker, two ways: N / (first start -> last end), and
+        N / (wall time of the run - wall time of the same command on an empty queue)."""
+        n = self.sizes.jobs
+        spans: dict[str, list[float]] = {k: [] for k in keys}
+        walls: dict[str, list[float]] = {k: [] for k in keys}
+        for rep in range(self.sizes.repeat):
+            for key in keys:
+                worker = WORKERS_BY_KEY[key]
+                try:
+                    span, full, empty = self._drain(worker, n, f"r{rep}")
+                except BenchError as exc:  # keep the other runs; the failure is reported
+                    self.log(f"  {key:16} rep {rep + 1}: FAILED: {exc}")
+                    self.failures.append(f"throughput {key} run {rep + 1}: {exc}")
+                    continue
+                spans[key].append(n / span)
+                if full > empty:  # else start-up noise exceeded the work: no figure from this run
+                    walls[key].append(n / (full - empty))
+                self.log(
+                    f"  {key:16} rep {rep + 1}: first start to last end {span:.2f} s: {n / span:.0f} jobs/s; "
+                    f"wall {full:.2f} s, empty run {empty:.2f} s"
+                )
+        self.results["throughput"] = {k: statistics.median(v) for k, v in spans.items() if v}
+        self.results["throughput_wall"] = {k: statistics.median(v) for k, v in walls.items() if v}
+        self.results["throughput_runs"] = {"span": spans, "wall": walls}
+
+    # --- 3. Redis commands per job ---------------------------------------------------------------
+
+    def commands(self, keys: Sequence[str]) -> None:
+        """Commands and round trips per job while draining N jobs (full run - empty run) / N."""
+        n = self.sizes.jobs
+        out: dict[str, dict[str, float]] = {}
+        for key in keys:
+            worker = WORKERS_BY_KEY[key]
+            counts = []
+            for jobs in (n, 0):
+                self._flush()
+                ids = self._enqueue(worker, jobs, "c") if jobs else []
+                trace = self.workdir / f"monitor-{key}-{jobs}.log"
+                reset_counters(self.client)
+                with monitor(self.redis.port, trace):
+                    self.runner.timed(worker.argv, self._timeout(n) * 2)
+                count = read_counters(self.client)
+                if ids:
+                    self._verify(worker, ids)
+                sent, scripted = count_monitor(trace)
+                trace.unlink()
+                counts.append((count, sent, scripted))
+            (full, sent_f, lua_f), (empty, sent_e, lua_e) = counts
+            delta: RedisCount = full - empty
+            out[key] = {
+                "commands": delta.commands / n,
+                "sent": (sent_f - sent_e) / n,
+                "scripted": (lua_f - lua_e) / n,
+                "round_trips": delta.reads / n,
+            }
+            self.log(f"  {key:18} {out[key]}")
+        # The enqueue phase, measured on its own: one batch of N (enqueue_many) per library.
+        batches = {"enqueue_many_django_jobs": "runjobs_c1", "enqueue_many_rq": "simpleworker"}
+        for key, worker_key in batches.items():
+            worker = WORKERS_BY_KEY[worker_key]
+            self._flush()
+            reset_counters(self.client)
+            base = read_counters(self.client)
+            reset_counters(self.client)
+            self._enqueue(worker, n, "e", check=False)
+            delta = read_counters(self.client) - base
+            self._expect_queued(n)
+            out[key] = {"commands": delta.commands / n, "round_trips": delta.reads / n}
+        self.results["commands"] = out
+
+    # --- 4. enqueue ------------------------------------------------------------------------------
+
+    def enqueue_transaction(self) -> None:
+        """M enqueues inside one transaction.atomic(), timed until committed and in Redis."""
+        m = self.sizes.enqueue_tx
+        times: dict[str, list[float]] = {"django_jobs": [], "django_rq": []}
+        rq_queue = django_rq.get_queue(QUEUE, commit_mode="on_db_commit")
+        self._warm_up()
+        for _ in range(self.sizes.repeat):
+            self._flush()
+            self._clean_db()
+            started = time.perf_counter()
+            with transaction.atomic():
+                for i in range(m):
+                    noop.enqueue(i)
+            times["django_jobs"].append(time.perf_counter() - started)
+            self._expect_queued(m)
+            self._flush()
+            started = time.perf_counter()
+            with transaction.atomic():
+                for i in range(m):
+                    rq_queue.enqueue(rq_noop, i)
+            times["django_rq"].append(time.perf_counter() - started)
+            self._expect_queued(m)
+            dj, rq = times["django_jobs"][-1], times["django_rq"][-1]
+            self.log(f"  transaction of {m}: django_jobs {dj:.2f} s, django-rq {rq:.2f} s")
+        self._clean_db()
+        self.results["enqueue_tx"] = {k: statistics.median(v) for k, v in times.items()}
+
+    def enqueue_single(self) -> None:
+        """M enqueues one by one outside any transaction: django_jobs vs bare rq.Queue.enqueue."""
+        m = self.sizes.enqueue_single
+        times: dict[str, list[float]] = {"django_jobs": [], "rq": []}
+        counts: dict[str, RedisCount] = {}
+        rq_queue = self._rq_queue
+        self._warm_up()
+        for _ in range(self.sizes.repeat):
+            for lib in ("django_jobs", "rq"):
+                self._flush()
+                reset_counters(self.client)
+                base = read_counters(self.client)
+                reset_counters(self.client)
+                started = time.perf_counter()
+                if lib == "django_jobs":
+                    for i in range(m):
+                        noop.enqueue(i)
+                else:
+                    for i in range(m):
+                        rq_queue.enqueue(rq_noop, i)
+                times[lib].append(time.perf_counter() - started)
+                counts[lib] = read_counters(self.client) - base
+                self._expect_queued(m)
+            dj, rq = times["django_jobs"][-1], times["rq"][-1]
+            self.log(f"  {m} single enqueues: django_jobs {dj:.3f} s, rq {rq:.3f} s")
+        self.results["enqueue_single"] = {k: statistics.median(v) for k, v in times.items()}
+        self.results["enqueue_single_redis"] = {
+            k: {"commands": c.commands / m, "round_trips": c.reads / m} for k, c in counts.items()
+        }
+
+    def _warm_up(self) -> None:
+        """Load scripts, open connections and import code paths before anything is timed."""
+        self._flush()
+        for i in range(10):
+            noop.enqueue(i)
+            self._rq_queue.enqueue(rq_noop, i)
+        with transaction.atomic():
+            noop.enqueue(0)
+            django_rq.get_queue(QUEUE, commit_mode="on_db_commit").enqueue(rq_noop, 0)
+        self._flush()
+        self._clean_db()
+
+    def _expect_queued(self, m: int) -> None:
+        queued = self.client.llen(queue_key(QUEUE))
+        if queued != m:
+            raise BenchError(f"expected {m} jobs in Redis, found {queued}")
+
+    # --- 5. latency ------------------------------------------------------------------------------
+
+    def latency(self) -> None:
+        """Enqueue-to-start with idle runjobs (c=2), and due-to-start of enqueue_in() jobs."""
+        path = self.workdir / "probes.log"
+        path.unlink(missing_ok=True)
+        process = self._start_runjobs(2)
+        try:
+            sent: dict[int, float] = {}
+            tick = time.perf_counter()
+            for i in range(self.sizes.probes):
+                tick += PROBE_INTERVAL
+                time.sleep(max(tick - time.perf_counter(), 0))
+                sent[i] = time.time()
+                probe.enqueue(i, str(path))
+            due: dict[int, float] = {}
+            for i in range(self.sizes.due_probes):
+                j = 1_000_000 + i
+                due[j] = time.time() + DUE_DELAY
+                probe.enqueue_in(DUE_DELAY, j, str(path))
+                time.sleep(0.137)  # not a multiple of the maintenance interval: sample every phase of it
+            total = len(sent) + len(due)
+            wait_until(
+                lambda: alive(process) and path.exists() and len(path.read_text().splitlines()) >= total,
+                60,
+                "the probes to run",
+            )
+        finally:
+            stop(process)
+        started = {int(a): float(b) for a, b in (line.split() for line in path.read_text().splitlines())}
+        waits = [(started[i] - t) * 1000 for i, t in sent.items()]
+        lates = [(started[j] - t) * 1000 for j, t in due.items()]
+        self.results["latency"] = {
+            "p50_ms": percentile(waits, 50),
+            "p99_ms": percentile(waits, 99),
+            "max_ms": max(waits),
+            "due_p50_ms": percentile(lates, 50),
+            "due_max_ms": max(lates),
+            "due_within_1s": sum(0 <= x < 1000 for x in lates),
+            "due_early": sum(x < 0 for x in lates),
+            "due_count": len(lates),
+        }
+        self.log(f"  {self.results['latency']}")
+
+    # --- 6. memory -------------------------------------------------------------------------------
+
+    def memory(self) -> None:
+        """RSS of each runjobs work process after the first jobs and after many more."""
+        first, total = self.sizes.memory_first, self.sizes.memory_jobs
+        process = self._start_runjobs(2)
+        try:
+            idle = self._rss(process.pid)
+            self._feed(process, first, 0)
+            early = self._rss(process.pid)
+            cpu_before = self._cpu(process.pid)
+            started = time.perf_counter()
+            self._feed(process, total - first, first)
+            elapsed = time.perf_counter() - started
+            cpu_after = self._cpu(process.pid)
+            late = self._rss(process.pid)
+        finally:
+            stop(process)
+        # Growth is judged on the processes that ran from the first jobs to the last.
+        throughout = [pid for pid in late if pid in early]
+        replaced = len(late) - len(throughout)
+        if replaced:
+            self.log(f"  {replaced} work process(es) were replaced during the run")
+        self.results["memory"] = {
+            "idle_mib": list(idle.values()),
+            "early_mib": list(early.values()),
+            "late_mib": list(late.values()),
+            "replaced": replaced,
+            "ratio": max(late[p] / early[p] for p in throughout) if throughout else None,
+            "sustained_jobs_s": (total - first) / elapsed,
+            # CPU microseconds per job: supervisor, work processes (together), redis-server. A
+            # replaced process takes its CPU time with it, so then there is no figure.
+            "cpu_us_per_job": None
+            if replaced
+            else [(b - a) / (total - first) * 1e6 for a, b in zip(cpu_before, cpu_after, strict=True)],
+        }
+        self.log(f"  {self.results['memory']}")
+
+    @staticmethod
+    def _rss(supervisor: int) -> dict[int, float]:
+        return {pid: rss_mib(pid) for pid in children(supervisor)}
+
+    def _cpu(self, supervisor: int) -> tuple[float, float, float]:
+        """CPU seconds so far of the supervisor, of its work processes together, and of Redis."""
+        workers = sum(cpu_seconds(pid) for pid in children(supervisor))
+        return cpu_seconds(supervisor), workers, redis_cpu_seconds(self.client)
+
+    def _feed(self, process: Process, n: int, offset: int) -> None:
+        """Enqueue ``n`` no-op jobs while the workers run (at most ~10,000 waiting), then wait them out."""
+        for start in range(offset, offset + n, 5000):
+            wait_until(
+                lambda: alive(process) and self.client.llen(queue_key(QUEUE)) < 5000,
+                600,
+                "the queue to drain",
+            )
+            noop.enqueue_many([(i,) for i in range(start, min(start + 5000, offset + n))])
+        # A job whose work process was killed holds its lease until it expires: allow for that.
+        wait_until(
+            lambda: (
+                alive(process) and self.client.llen(queue_key(QUEUE)) == 0 and self.client.zcard(LEASES) == 0
+            ),
+            600,
+            "the workers to finish",
+        )
+
+    # --- health ----------------------------------------------------------------------------------
+
+    def health(self) -> None:
+        """What the runjobs logs say went wrong: healthy work processes killed by the lease fence,
+        and attempts counted as lost. Both should be zero in every benchmark."""
+        self.results["health"] = {
+            "fence_kills": self.runner.count_lines("runjobs", "was taken back"),
+            "lost": self.runner.count_lines("runjobs", "outcome=lost"),
+            "crash_loops": self.runner.count_lines("runjobs", "times in a minute"),
+        }

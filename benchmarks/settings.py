@@ -1,0 +1,84 @@
+"""Settings of the benchmark project, configured from the environment by ``benchmarks.run``.
+
+* ``BENCH_REDIS_URL``   the private Redis the harness started (never a shared one);
+* ``BENCH_DB``          ``sqlite`` (default) or ``postgres``;
+* ``BENCH_SQLITE_PATH`` the SQLite file, in the harness's temporary directory;
+* ``BENCH_PG_NAME``     the PostgreSQL database (default ``django_jobs_bench``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+SECRET_KEY = "benchmarks-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# django_jobs records operator actions in the admin's LogEntry, so the admin must be installed.
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_rq",
+    "django_jobs",
+    "benchmarks.benchapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+_default: dict[str, Any]
+if os.environ.get("BENCH_DB", "sqlite") == "postgres":
+    _default = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ.get("BENCH_PG_NAME", "django_jobs_bench"),
+        "USER": os.environ.get("PGUSER", "postgres"),
+        "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+        "PORT": os.environ.get("PGPORT", "5432"),
+    }
+else:
+    _default = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("BENCH_SQLITE_PATH", os.path.join(tempfile.gettempdir(), "bench.sqlite3")),
+        # Several work processes write: take the write lock at BEGIN and wait for it.
+        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30},
+    }
+DATABASES = {"default": _default}
+
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6385/0")
+RQ_QUEUES = {"default": {"URL": REDIS_URL, "SERIALIZER": "rq.serializers.JSONSerializer"}}
+
+# django_jobs' defaults, except that dead letters are only logged (and ``--lease-seconds``).
+JOBS: dict[str, Any] = {"ALERT_HOOKS": []}
+if os.environ.get("BENCH_LEASE_SECONDS"):
+    JOBS["LEASE_SECONDS"] = float(os.environ["BENCH_LEASE_SECONDS"])
+
+# Every worker logs at WARNING, so no worker pays for one log line per job (rqworker runs with -v 0).
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}
