@@ -136,18 +136,10 @@ def _jobs_setting_problems() -> list[CheckMessage]:
                 id="django_jobs.E008",
             )
         )
-    for key in (
-        "LEASE_SECONDS",
-        "TIMEOUT_GRACE",
-        "SHUTDOWN_GRACE",
-        "IDEMPOTENCY_RETENTION",
-        "FINISHED_TTL",
-        "REDIS_SOCKET_TIMEOUT",
-        "MAINTENANCE_INTERVAL",
-        "MAX_PAYLOAD_BYTES",
-        "ALERT_WINDOW",
-        "REQUEUE_RATE",
-    ):
+    # Every numeric setting is a positive amount (seconds, bytes, a rate): derived from the defaults,
+    # so a new one is checked without being listed again here.
+    numeric = [key for key, default in DEFAULTS.items() if type(default) in (int, float)]
+    for key in numeric:
         value = given.get(key, DEFAULTS[key])
         number = isinstance(value, int | float) and not isinstance(value, bool)
         if not number or not math.isfinite(value) or value <= 0:

@@ -138,3 +138,10 @@ def test_an_unknown_queue_is_a_clear_fatal_error(runjobs):
     worker = runjobs("nope")
     assert worker.proc.wait(60) != 0
     assert "nope" in worker.output()
+
+
+def test_max_jobs_stops_each_work_process_after_that_many_jobs(runjobs):
+    jobs.record.enqueue_many([(f"m{i}",) for i in range(10)])
+    worker = runjobs("--max-jobs", "3")
+    assert worker.proc.wait(60) == 0, worker.output()
+    assert SideEffect.objects.count() == 3
