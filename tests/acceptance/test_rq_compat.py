@@ -54,4 +54,4 @@ def test_rq_and_django_rq_read_a_running_runjobs(runjobs, redis_db, client):
     wait_for(lambda: SideEffect.objects.filter(key="slow").exists())
     assert redis_db.zcard("rq:failed:default") == 0
     assert not DeadLetter.objects.exists()
-    assert redis_db.hget(f"rq:job:{slow.id}", "status") == b"finished"
+    wait_for(lambda: redis_db.hget(f"rq:job:{slow.id}", "status") == b"finished")
