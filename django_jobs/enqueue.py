@@ -2,19 +2,19 @@
 
 * Outside a transaction a job is pushed to Redis at once; only if that push fails is it
   written to the outbox, for the relay in ``runjobs`` to deliver.
-* Inside one, it is written to the outbox in that same transaction. On commit the rows that
-  survived (a rolled-back savepoint takes its rows with it) are pushed in one pipeline; on
-  rollback nothing exists to push. Delivered rows are pruned later by the relay, in bulk, so a
-  request pays no second commit.
+* Inside one, it is written to the outbox in that same transaction (in bulk, just before the
+  COMMIT: see ``outbox``). On commit the rows that survived (a rolled-back savepoint takes its
+  rows with it) are pushed in one pipeline; on rollback nothing exists to push. Delivered rows
+  are pruned later by the relay, in bulk, so a request pays no second commit.
 * Pushing is idempotent: a job whose hash already exists in Redis is not pushed again.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import math
-import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from redis.exceptions import RedisError
 
-from . import payload
+from . import outbox, payload
 from .conf import jobs_settings
 from .connections import get_connection, queue_config
 from .exceptions import TransactionAmbiguous
@@ -178,32 +179,20 @@ def transaction_alias(using: str | None) -> str | None:
     return active[0] if active else None
 
 
-class _Pending(threading.local):
-    """Per thread and alias, the envelopes written to the outbox and not yet flushed."""
+def _flush(conn: BaseDatabaseWrapper) -> None:
+    """After commit: push every envelope of this transaction whose outbox row survived, in one go.
 
-    def __init__(self) -> None:
-        self.by_alias: dict[str, dict[str, Envelope]] = {}
-
-
-_pending = _Pending()
-
-
-def _flush(alias: str, job_id: str) -> None:
-    """After commit: push every envelope of this alias whose outbox row survived, in one go.
-
-    Each enqueue registers this callback; the first survivor to run pushes them all and the
-    rest find their id gone. A rolled-back savepoint drops both its rows and its callbacks.
+    Each enqueue registers this callback; the first to run pushes them all and the rest find
+    nothing left. A rolled-back savepoint takes its rows, its envelopes and its callbacks with it.
     """
-    pending = _pending.by_alias.get(alias, {})
-    if job_id not in pending:
+    candidates = outbox.take_pending(conn)
+    if not candidates:
         return
-    candidates = dict(pending)
-    pending.clear()
     ids = list(candidates)
+    rows = OutboxEntry.objects.using(conn.alias)
     survivors: set[str] = set()
     for start in range(0, len(ids), 900):
-        chunk = ids[start : start + 900]
-        survivors.update(OutboxEntry.objects.using(alias).filter(id__in=chunk).values_list("id", flat=True))
+        survivors.update(rows.filter(id__in=ids[start : start + 900]).values_list("id", flat=True))
     envelopes = [candidates[i] for i in ids if i in survivors]
     try:
         push(envelopes)
@@ -216,15 +205,14 @@ def _flush(alias: str, job_id: str) -> None:
 
 
 def _write_outbox(alias: str, envelopes: list[Envelope]) -> None:
-    OutboxEntry.objects.using(alias).bulk_create([e.row() for e in envelopes])
     conn = connections[alias]
-    if conn.in_atomic_block:
-        pending = _pending.by_alias.setdefault(alias, {})
-        for envelope in envelopes:
-            pending[envelope.id] = envelope
-        # robust: a failure after commit is logged, never turned into an error for a committed request
-        transaction.on_commit(lambda: _flush(alias, envelopes[0].id), using=alias, robust=True)
-    # With autocommit off and no atomic block Django has no on-commit hook: the relay delivers.
+    if not conn.in_atomic_block:
+        # Autocommit off without an atomic block: Django has no commit hooks, the relay delivers.
+        OutboxEntry.objects.using(alias).bulk_create([e.row() for e in envelopes])
+        return
+    outbox.enlist(conn, envelopes)
+    # robust: a failure after commit is logged, never turned into an error for a committed request
+    transaction.on_commit(functools.partial(_flush, conn), using=alias, robust=True)
 
 
 def _push_or_store(envelopes: list[Envelope], alias: str) -> None:

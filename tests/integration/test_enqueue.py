@@ -48,8 +48,8 @@ def test_inside_a_transaction_the_job_waits_for_commit(redis_db):
     with transaction.atomic():
         handle = jobs.record.enqueue("later")
         assert queued(redis_db) == []
-        assert OutboxEntry.objects.filter(pk=handle.id).exists()
     assert queued(redis_db) == [handle.id]
+    assert OutboxEntry.objects.filter(pk=handle.id).exists()
 
 
 def test_rollback_never_enqueues(redis_db):
@@ -117,8 +117,9 @@ def test_using_waits_for_the_named_alias(redis_db):
     with transaction.atomic(using="other"):
         handle = jobs.record.using("other").enqueue("other-db")
         assert queued(redis_db) == []
-        assert OutboxEntry.objects.using("other").filter(pk=handle.id).exists()
     assert queued(redis_db) == [handle.id]
+    assert OutboxEntry.objects.using("other").filter(pk=handle.id).exists()
+    assert not OutboxEntry.objects.filter(pk=handle.id).exists()
 
 
 def test_implicit_alias_is_found_when_only_one_is_in_a_transaction(redis_db):

@@ -1,0 +1,108 @@
+"""The outbox rows of a transaction are held and written in bulk right before COMMIT.
+
+What users depend on: a committed job is in the outbox (durable) and in Redis; a rolled-back one
+is in neither; a failed outbox write fails the commit instead of losing the job; and a big
+transaction costs a few INSERTs, not one round trip per job.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from django_jobs import outbox
+from django_jobs.enqueue import build, deliver
+from django_jobs.models import OutboxEntry
+from tests.testapp import jobs
+from tests.testapp.models import SideEffect
+
+HOOKED = ("commit", "savepoint", "savepoint_rollback", "rollback", "close")
+
+
+def queued(redis_db):
+    return [i.decode() for i in redis_db.lrange("rq:queue:default", 0, -1)]
+
+
+def outbox_inserts(queries):
+    table = OutboxEntry._meta.db_table
+    return [q for q in queries if q["sql"].startswith("INSERT") and table in q["sql"]]
+
+
+def assert_unhooked():
+    assert not set(HOOKED) & set(vars(connection)), "the connection keeps a wrapper after its transaction"
+
+
+@pytest.mark.django_db(transaction=True)
+class TestInARealTransaction:
+    def test_a_big_transaction_writes_its_rows_in_a_few_inserts_and_all_reach_redis(self, redis_db):
+        n = outbox.MAX_HELD * 2 + 500
+        with CaptureQueriesContext(connection) as captured, transaction.atomic():
+            handles = [jobs.record.enqueue(f"k{i}") for i in range(n)]
+            assert queued(redis_db) == []
+        # MAX_HELD rows at a time (bulk_create may split a batch further on SQLite)
+        assert 3 <= len(outbox_inserts(captured.captured_queries)) <= 3 * 10
+        assert queued(redis_db) == [h.id for h in handles]
+        assert OutboxEntry.objects.count() == n  # durable: the relay would have them all
+        assert_unhooked()
+
+    def test_committed_rows_are_in_the_outbox_even_before_the_push(self, redis_db):
+        with transaction.atomic():
+            handle = jobs.record.enqueue("durable")
+            SideEffect.objects.create(key="data")  # other work in between does not flush the job
+        assert OutboxEntry.objects.filter(pk=handle.id).exists()
+        assert queued(redis_db) == [handle.id]
+
+    def test_rows_held_before_a_savepoint_survive_its_rollback(self, redis_db):
+        with transaction.atomic():
+            before = jobs.record.enqueue("before")
+            try:
+                with transaction.atomic():
+                    jobs.record.enqueue("inside")
+                    raise RuntimeError
+            except RuntimeError:
+                pass
+            after = jobs.record.enqueue("after")
+        assert queued(redis_db) == [before.id, after.id]
+        assert set(OutboxEntry.objects.values_list("pk", flat=True)) == {before.id, after.id}
+        assert_unhooked()
+
+    def test_a_manual_savepoint_rollback_drops_the_jobs_enqueued_after_it(self, redis_db):
+        with transaction.atomic():
+            kept = jobs.record.enqueue("kept")
+            sid = transaction.savepoint()
+            jobs.record.enqueue("dropped")
+            transaction.savepoint_rollback(sid)
+        assert queued(redis_db) == [kept.id]
+        assert list(OutboxEntry.objects.values_list("pk", flat=True)) == [kept.id]
+
+    def test_rollback_drops_held_rows_and_the_next_transaction_starts_clean(self, redis_db):
+        with pytest.raises(RuntimeError), transaction.atomic():
+            jobs.record.enqueue("never")
+            raise RuntimeError
+        assert_unhooked()
+        with transaction.atomic():
+            handle = jobs.record.enqueue("next")
+        assert queued(redis_db) == [handle.id]
+        assert list(OutboxEntry.objects.values_list("pk", flat=True)) == [handle.id]
+
+    def test_a_failed_outbox_write_fails_the_commit_and_rolls_the_data_back(self, redis_db):
+        taken = build("tests.record", "default", 10, ["x"], {})
+        OutboxEntry.objects.create(id=taken.id, job_name="tests.record", queue="default", data="", timeout=10)
+        with pytest.raises(IntegrityError), transaction.atomic():
+            SideEffect.objects.create(key="data")
+            deliver([taken])  # the same id again: the bulk INSERT at commit violates the key
+        assert not SideEffect.objects.exists()  # nothing committed without its job
+        assert queued(redis_db) == []
+        assert_unhooked()
+        with transaction.atomic():
+            handle = jobs.record.enqueue("after")
+        assert queued(redis_db) == [handle.id]
+
+
+@pytest.mark.django_db
+def test_on_commit_callbacks_run_by_a_test_push_the_held_jobs(redis_db, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        handle = jobs.record.enqueue("in a test")
+    assert queued(redis_db) == [handle.id]
+    assert OutboxEntry.objects.filter(pk=handle.id).exists()
