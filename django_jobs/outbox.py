@@ -35,15 +35,15 @@ MAX_HELD = 1000  # rows; more are written at once, so memory stays bounded in hu
 class _Transaction:
     """What one connection's open transaction has enqueued, and the wrappers that decide its fate."""
 
-    def __init__(self, connection: BaseDatabaseWrapper) -> None:
-        self.connection = connection
+    def __init__(self, alias: str) -> None:
+        self.alias = alias  # not the connection: _transactions holds its key weakly
         self.held: list[Envelope] = []  # not in the outbox table yet
         self.pending: dict[str, Envelope] = {}  # to push after commit, if their rows survived
         self.replaced: dict[str, Any] = {}
 
-    def enlist(self, envelopes: Sequence[Envelope]) -> None:
+    def enlist(self, connection: BaseDatabaseWrapper, envelopes: Sequence[Envelope]) -> None:
         if not self.replaced:
-            self._wrap()
+            self._wrap(connection)
         self.held.extend(envelopes)
         self.pending.update((e.id, e) for e in envelopes)
         if len(self.held) >= MAX_HELD:
@@ -52,7 +52,7 @@ class _Transaction:
     def write(self) -> None:
         rows, self.held = [e.row() for e in self.held], []
         if rows:
-            OutboxEntry.objects.using(self.connection.alias).bulk_create(rows)
+            OutboxEntry.objects.using(self.alias).bulk_create(rows)
 
     def _drop_held(self) -> None:
         for envelope in self.held:
@@ -62,8 +62,7 @@ class _Transaction:
     def _drop_all(self) -> None:
         self.held, self.pending = [], {}
 
-    def _wrap(self) -> None:
-        conn = self.connection
+    def _wrap(self, conn: BaseDatabaseWrapper) -> None:
         self.replaced = {name: vars(conn).get(name) for name in _WRAPPED}
         original = {name: getattr(conn, name) for name in _WRAPPED}
 
@@ -75,7 +74,7 @@ class _Transaction:
                 self._drop_all()  # Django rolls back: nothing of this transaction is pushed
                 raise
             finally:
-                self._unwrap()
+                self._unwrap(conn)
 
         def savepoint() -> str | None:
             self.write()
@@ -86,24 +85,24 @@ class _Transaction:
             original["savepoint_rollback"](sid)
 
         def rollback() -> None:
-            self._unwrap()
+            self._unwrap(conn)
             self._drop_all()
             original["rollback"]()
 
         def close() -> None:
-            self._unwrap()
+            self._unwrap(conn)
             self._drop_all()
             original["close"]()
 
         for wrapper in (commit, savepoint, savepoint_rollback, rollback, close):
             setattr(conn, wrapper.__name__, wrapper)
 
-    def _unwrap(self) -> None:
+    def _unwrap(self, conn: BaseDatabaseWrapper) -> None:
         for name, previous in self.replaced.items():
             if previous is None:
-                vars(self.connection).pop(name, None)
+                vars(conn).pop(name, None)
             else:
-                setattr(self.connection, name, previous)
+                setattr(conn, name, previous)
         self.replaced = {}
 
 
@@ -117,8 +116,8 @@ def enlist(connection: BaseDatabaseWrapper, envelopes: Sequence[Envelope]) -> No
     """Write ``envelopes`` to the outbox before ``connection`` commits; forget them if it rolls back."""
     state = _transactions.get(connection)
     if state is None:
-        state = _transactions[connection] = _Transaction(connection)
-    state.enlist(envelopes)
+        state = _transactions[connection] = _Transaction(connection.alias)
+    state.enlist(connection, envelopes)
 
 
 def take_pending(connection: BaseDatabaseWrapper) -> dict[str, Envelope]:

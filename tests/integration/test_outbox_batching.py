@@ -7,8 +7,12 @@ transaction costs a few INSERTs, not one round trip per job.
 
 from __future__ import annotations
 
+import gc
+import threading
+import weakref
+
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_jobs import outbox
@@ -106,3 +110,21 @@ def test_on_commit_callbacks_run_by_a_test_push_the_held_jobs(redis_db, django_c
         handle = jobs.record.enqueue("in a test")
     assert queued(redis_db) == [handle.id]
     assert OutboxEntry.objects.filter(pk=handle.id).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_threads_connection_is_not_kept_alive(redis_db):
+    seen = []
+
+    def request():
+        with transaction.atomic():
+            seen.append(jobs.record.enqueue("from a thread").id)
+        connections["default"].close()
+        seen.append(weakref.ref(connections["default"]))
+
+    thread = threading.Thread(target=request)
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert queued(redis_db) == [seen[0]]
+    assert seen[1]() is None, "the outbox state pins the connection of a thread that has ended"
