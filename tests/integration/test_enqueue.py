@@ -71,6 +71,7 @@ def test_rolled_back_savepoint_drops_its_jobs_but_not_the_outer_ones(redis_db):
             pass
         kept_later = jobs.record.enqueue("kept-later")
     assert queued(redis_db) == [kept.id, kept_later.id]
+    assert set(OutboxEntry.objects.values_list("pk", flat=True)) == {kept.id, kept_later.id}
     run_jobs()
     assert sorted(SideEffect.objects.values_list("key", flat=True)) == ["kept", "kept-later"]
 

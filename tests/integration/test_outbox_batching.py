@@ -57,20 +57,6 @@ class TestInARealTransaction:
         assert OutboxEntry.objects.filter(pk=handle.id).exists()
         assert queued(redis_db) == [handle.id]
 
-    def test_rows_held_before_a_savepoint_survive_its_rollback(self, redis_db):
-        with transaction.atomic():
-            before = jobs.record.enqueue("before")
-            try:
-                with transaction.atomic():
-                    jobs.record.enqueue("inside")
-                    raise RuntimeError
-            except RuntimeError:
-                pass
-            after = jobs.record.enqueue("after")
-        assert queued(redis_db) == [before.id, after.id]
-        assert set(OutboxEntry.objects.values_list("pk", flat=True)) == {before.id, after.id}
-        assert_unhooked()
-
     def test_a_manual_savepoint_rollback_drops_the_jobs_enqueued_after_it(self, redis_db):
         with transaction.atomic():
             kept = jobs.record.enqueue("kept")
