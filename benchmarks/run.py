@@ -234,6 +234,10 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
         f"Redis {env['redis']}, {env['db']}. "
         f"N = {n:,} jobs; throughput and enqueue times are medians of {sizes.repeat} run(s)."
     )
+    from .scenarios import Sizes
+
+    if n < Sizes().jobs:
+        header += " Smaller than the default sizes: a smoke run, whose ratios are dominated by start-up."
     width = max((len(r[0]) for r in rows), default=7)
     lines = [header, "", f"| {'measure':<{width}} | result |", f"|{'-' * (width + 2)}|--------|"]
     lines += [f"| {a:<{width}} | {b} |" for a, b in rows]
