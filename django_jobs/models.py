@@ -46,9 +46,6 @@ class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
     def open(self) -> DeadLetterQuerySet:
         return self.filter(status=DeadLetter.Status.OPEN)
 
-    def for_job(self, name: str) -> DeadLetterQuerySet:
-        return self.filter(job_name=name)
-
 
 class DeadLetter(models.Model):
     """A job that will not be retried any more: the durable record an operator acts on."""
