@@ -231,7 +231,7 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
     header = (
         f"django_jobs {env['revision']} on {env['cpu']}, {env['cpus']} CPUs; "
         f"Python {env['python']}, Django {env['django']}, rq {env['rq']}, django-rq {env['django_rq']}, "
-        f"Redis {env['redis']}, {env['db']}. "
+        f"Redis {env['redis']}, redis-py {env['redis_py']}, {env['db']}. "
         f"N = {n:,} jobs; throughput and enqueue times are medians of {sizes.repeat} run(s)."
     )
     from .scenarios import Sizes
@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         django.setup()
         from django.core.management import call_command
         from django.db import connection
+        from redis.utils import HIREDIS_AVAILABLE
 
         call_command("migrate", verbosity=0)
         from .scenarios import Bench
@@ -291,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             "rq": version("rq"),
             "django_rq": version("django-rq"),
             "redis": redis.version(),
+            # redis-py parses replies in C when hiredis is installed: it moves every figure
+            "redis_py": f"{version('redis')} ({'hiredis' if HIREDIS_AVAILABLE else 'pure-Python'} parser)",
             "db": db,
             "revision": revision(),
         }
