@@ -50,10 +50,13 @@ class TestInARealTransaction:
         assert OutboxEntry.objects.count() == n  # durable: the relay would have them all
         assert_unhooked()
 
-    def test_committed_rows_are_in_the_outbox_even_before_the_push(self, redis_db):
-        with transaction.atomic():
+    def test_the_row_is_written_at_commit_after_the_transactions_other_work(self, redis_db):
+        with CaptureQueriesContext(connection) as captured, transaction.atomic():
             handle = jobs.record.enqueue("durable")
-            SideEffect.objects.create(key="data")  # other work in between does not flush the job
+            SideEffect.objects.create(key="data")
+        sqls = [q["sql"] for q in captured.captured_queries]
+        side_effect = next(i for i, sql in enumerate(sqls) if SideEffect._meta.db_table in sql)
+        assert sqls.index(outbox_inserts(captured.captured_queries)[0]["sql"]) > side_effect
         assert OutboxEntry.objects.filter(pk=handle.id).exists()
         assert queued(redis_db) == [handle.id]
 
