@@ -180,20 +180,14 @@ def transaction_alias(using: str | None) -> str | None:
 
 
 def _flush(conn: BaseDatabaseWrapper) -> None:
-    """After commit: push every envelope of this transaction whose outbox row survived, in one go.
+    """After commit: push every job of this transaction whose outbox row committed, in one go.
 
     Each enqueue registers this callback; the first to run pushes them all and the rest find
     nothing left. A rolled-back savepoint takes its rows, its envelopes and its callbacks with it.
     """
-    candidates = outbox.take_pending(conn)
-    if not candidates:
+    envelopes = list(outbox.take_committed(conn).values())
+    if not envelopes:
         return
-    ids = list(candidates)
-    rows = OutboxEntry.objects.using(conn.alias)
-    survivors: set[str] = set()
-    for start in range(0, len(ids), 900):
-        survivors.update(rows.filter(id__in=ids[start : start + 900]).values_list("id", flat=True))
-    envelopes = [candidates[i] for i in ids if i in survivors]
     try:
         push(envelopes)
     except RedisError:

@@ -60,32 +60,23 @@ def test_rollback_never_enqueues(redis_db):
     assert OutboxEntry.objects.count() == 0
 
 
-def test_rolled_back_savepoint_drops_its_jobs_but_not_the_outer_ones(redis_db):
+@pytest.mark.parametrize("enqueue_first", [True, False], ids=["outer-first", "savepoint-first"])
+def test_rolled_back_savepoint_drops_its_jobs_but_not_the_outer_ones(redis_db, enqueue_first):
+    # savepoint-first: the first on-commit callback is the one the rollback drops
+    keys = ["kept", "kept-later"] if enqueue_first else ["kept-later"]
     with transaction.atomic():
-        kept = jobs.record.enqueue("kept")
+        kept = [jobs.record.enqueue("kept")] if enqueue_first else []
         try:
             with transaction.atomic():
                 jobs.record.enqueue("dropped")
                 raise RuntimeError
         except RuntimeError:
             pass
-        kept_later = jobs.record.enqueue("kept-later")
-    assert queued(redis_db) == [kept.id, kept_later.id]
-    assert set(OutboxEntry.objects.values_list("pk", flat=True)) == {kept.id, kept_later.id}
+        kept.append(jobs.record.enqueue("kept-later"))
+    assert queued(redis_db) == [h.id for h in kept]
+    assert set(OutboxEntry.objects.values_list("pk", flat=True)) == {h.id for h in kept}
     run_jobs()
-    assert sorted(SideEffect.objects.values_list("key", flat=True)) == ["kept", "kept-later"]
-
-
-def test_first_enqueue_inside_a_rolled_back_savepoint_does_not_lose_later_jobs(redis_db):
-    with transaction.atomic():
-        try:
-            with transaction.atomic():
-                jobs.record.enqueue("dropped")
-                raise RuntimeError
-        except RuntimeError:
-            pass
-        kept = jobs.record.enqueue("kept")
-    assert queued(redis_db) == [kept.id]
+    assert sorted(SideEffect.objects.values_list("key", flat=True)) == keys
 
 
 def test_autocommit_off_commit_delivers_through_the_relay(redis_db):

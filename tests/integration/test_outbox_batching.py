@@ -28,9 +28,9 @@ def queued(redis_db):
     return [i.decode() for i in redis_db.lrange("rq:queue:default", 0, -1)]
 
 
-def outbox_inserts(queries):
+def outbox_queries(captured, verb="INSERT"):
     table = OutboxEntry._meta.db_table
-    return [q for q in queries if q["sql"].startswith("INSERT") and table in q["sql"]]
+    return [q for q in captured.captured_queries if q["sql"].startswith(verb) and table in q["sql"]]
 
 
 def assert_unhooked():
@@ -45,7 +45,7 @@ class TestInARealTransaction:
             handles = [jobs.record.enqueue(f"k{i}") for i in range(n)]
             assert queued(redis_db) == []
         # MAX_HELD rows at a time (bulk_create may split a batch further on SQLite)
-        assert 3 <= len(outbox_inserts(captured.captured_queries)) <= 3 * 10
+        assert 3 <= len(outbox_queries(captured)) <= 3 * 10
         assert queued(redis_db) == [h.id for h in handles]
         assert OutboxEntry.objects.count() == n  # durable: the relay would have them all
         assert_unhooked()
@@ -56,9 +56,29 @@ class TestInARealTransaction:
             SideEffect.objects.create(key="data")
         sqls = [q["sql"] for q in captured.captured_queries]
         side_effect = next(i for i, sql in enumerate(sqls) if SideEffect._meta.db_table in sql)
-        assert sqls.index(outbox_inserts(captured.captured_queries)[0]["sql"]) > side_effect
+        assert sqls.index(outbox_queries(captured)[0]["sql"]) > side_effect
         assert OutboxEntry.objects.filter(pk=handle.id).exists()
         assert queued(redis_db) == [handle.id]
+
+    def test_only_a_savepoint_rollback_makes_the_push_check_which_rows_committed(self, redis_db):
+        with CaptureQueriesContext(connection) as captured, transaction.atomic():
+            handle = jobs.record.enqueue("plain")
+        assert not outbox_queries(captured, "SELECT")
+        assert queued(redis_db) == [handle.id]
+
+    def test_a_written_row_undone_by_a_savepoint_rollback_is_not_pushed(self, redis_db):
+        with transaction.atomic():
+            try:
+                with transaction.atomic():
+                    jobs.record.enqueue("undone")
+                    with transaction.atomic():  # this savepoint writes the held row first
+                        pass
+                    raise RuntimeError
+            except RuntimeError:
+                pass
+            kept = jobs.record.enqueue("kept")
+        assert queued(redis_db) == [kept.id]
+        assert list(OutboxEntry.objects.values_list("pk", flat=True)) == [kept.id]
 
     def test_a_manual_savepoint_rollback_drops_the_jobs_enqueued_after_it(self, redis_db):
         with transaction.atomic():
