@@ -69,6 +69,11 @@ class DeadLetter(models.Model):
         """No @job in the worker has this name; nothing was run."""
         UNDECODABLE = "undecodable", "undecodable payload"
         """The job hash or its payload is not valid django_jobs data; nothing was run."""
+        UNREADABLE = "unreadable", "unreadable item"
+        """Something a worker loop read from Redis (an id, a lease, a field) could not be handled;
+        it was quarantined here with its raw data instead of blocking the loop."""
+        VANISHED = "vanished", "vanished from Redis"
+        """The job's id was in a queue but its hash was gone (eviction, a deleted key); nothing was run."""
 
     job_id = models.CharField(max_length=64, unique=True)
     job_name = models.CharField(max_length=200, db_index=True)

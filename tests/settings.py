@@ -57,11 +57,12 @@ if _db_kind == "postgres":
         "USER": os.environ.get("PGUSER", "postgres"),
         "HOST": os.environ.get("PGHOST", "127.0.0.1"),
         "PORT": os.environ.get("PGPORT", "5432"),
-        "TEST": {"NAME": "test_django_jobs"},
+        # JOBS_TEST_PG_NAME lets two checkouts run the suite at once without sharing a database.
+        "TEST": {"NAME": os.environ.get("JOBS_TEST_PG_NAME", "test_django_jobs")},
     }
     _other = {
         **_default,
-        "TEST": {"NAME": "test_django_jobs_other"},
+        "TEST": {"NAME": os.environ.get("JOBS_TEST_PG_NAME", "test_django_jobs") + "_other"},
         "NAME": (_test_name or "django_jobs") + "_other",
     }
 else:
