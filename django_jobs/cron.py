@@ -98,11 +98,26 @@ class Scheduler:
         return 1
 
 
+#: CronRun ids are positive 64-bit integers; anything else in ``dj_cron`` names no run.
+_MAX_ID = 2**63 - 1
+
+
 def finished(fields: dict[str, bytes]) -> None:
-    """Mark a periodic job's run finished (called when a job carrying ``dj_cron`` succeeds)."""
-    run = fields.get("dj_cron")
-    if run is not None:
-        CronRun.objects.filter(pk=int(run), finished_at__isnull=True).update(finished_at=timezone.now())
+    """Mark a periodic job's run finished (called when a job carrying ``dj_cron`` succeeds).
+
+    ``dj_cron`` comes from Redis: a value that is not a run id is logged and ignored (the job did
+    succeed; only its period shows as overdue)."""
+    raw = fields.get("dj_cron")
+    if raw is None:
+        return
+    try:
+        run = int(raw)
+    except (TypeError, ValueError):
+        run = 0
+    if not 0 < run <= _MAX_ID:
+        logger.warning("Ignoring dj_cron %r: not the id of a periodic run", raw[:100])
+        return
+    CronRun.objects.filter(pk=run, finished_at__isnull=True).update(finished_at=timezone.now())
 
 
 def _overdue(now: dt.datetime | None) -> QuerySet[CronRun]:

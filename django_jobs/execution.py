@@ -10,18 +10,19 @@ import logging
 import signal
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connections, reset_queries
+from django.db import connections, reset_queries
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.dispatch import Signal
 
 from . import cron, deadletter, metrics, payload, registry, stats
 from .exceptions import JobNotFound, JobTimeout, PayloadError, WorkerLost
-from .logs import log_outcome as log_outcome  # the supervisor and maintenance log through here too
+from .logs import exception_path, exception_text, exception_traceback
+from .logs import log_outcome as log_outcome  # re-exported: callers that log an outcome themselves
 from .models import DeadLetter
 from .policy import Verdict, classify
 from .signals import job_failed, job_retrying, job_started, job_succeeded
@@ -52,18 +53,13 @@ class Failed:
     cause: BaseException | None = None
 
 
-def _exc_path(exc: BaseException) -> str:
-    cls = type(exc)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, Any] | None) -> Failed:
-    text = "".join(traceback.format_exception(exc))
+    path, message, text = exception_path(exc), exception_text(exc), exception_traceback(exc)
     if definition is None:
         reason = (
             DeadLetter.Reason.UNREGISTERED if isinstance(exc, JobNotFound) else DeadLetter.Reason.UNDECODABLE
         )
-        return Failed(_exc_path(exc), str(exc), text, Verdict.DEAD, reason, exc)
+        return Failed(path, message, text, Verdict.DEAD, reason, exc)
     verdict = classify(exc, attempt=claimed.attempt, policy=definition.policy, permanent=definition.permanent)
     exhausted = claimed.attempt >= definition.policy.max_attempts
     reason = (
@@ -71,14 +67,35 @@ def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, A
         if isinstance(exc, WorkerLost) and exhausted
         else (DeadLetter.Reason.EXHAUSTED if exhausted else DeadLetter.Reason.PERMANENT)
     )
-    return Failed(_exc_path(exc), str(exc), text, verdict, reason, exc)
+    return Failed(path, message, text, verdict, reason, exc)
+
+
+def isolated(what: str, action: Callable[[], object]) -> None:
+    """Run one bookkeeping step of an outcome already decided. Whatever it raises (signal receivers
+    and hooks are user code) is logged, never raised: it must neither crash the worker nor change,
+    or repeat, the job's outcome."""
+    try:
+        action()
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            logger.warning("%s failed; the job's outcome stands.", what, exc_info=True)
+
+
+def _notify(signal: Signal, name: str, claimed: Claimed, **kwargs: Any) -> None:
+    """Send one of the job's signals to every receiver, whatever an earlier one raised."""
+    isolated(
+        f"A receiver of a signal for job {name} {claimed.id}",
+        lambda: signal.send_robust(
+            sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt, **kwargs
+        ),
+    )
 
 
 def _history(claimed: Claimed, failed: Failed) -> list[dict[str, Any]]:
     try:
         history = json.loads(claimed.fields.get("dj_history", b"[]"))
         history = history if isinstance(history, list) else []
-    except ValueError:
+    except (ValueError, RecursionError):  # garbage in a job's own field must not stop its settling
         history = []
     entry = {
         "attempt": claimed.attempt,
@@ -112,9 +129,7 @@ def settle_failure(store: Store, claimed: Claimed, exc: BaseException, *, lost: 
         delay = 0.0 if isinstance(exc, WorkerLost) else definition.policy.delay(claimed.attempt)
         settled = store.fail(claimed.token, claimed.queue, delay=delay, fields=fields, lost=lost)
         if settled:
-            job_retrying.send(
-                sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt, delay=delay
-            )
+            _notify(job_retrying, name, claimed, delay=delay)
         if lost or isinstance(exc, WorkerLost):  # reaped after its lease expired, or its process died
             outcome = Outcome.LOST
         else:
@@ -131,8 +146,11 @@ def settle_failure(store: Store, claimed: Claimed, exc: BaseException, *, lost: 
                 failed.traceback,
                 history,
             )
-            with contextlib.suppress(Exception):  # a DB outage: the job waits in "dying" for the supervisor
-                deadletter.bury(store, failure, claimed.fields)
+            # On a DB outage (or a failing alert hook) the job waits in "dying" for the supervisor.
+            isolated(
+                f"Dead-lettering job {name} {claimed.id}",
+                lambda: deadletter.bury(store, failure, claimed.fields),
+            )
         outcome = Outcome.DEAD
     if not settled:
         logger.warning(
@@ -193,10 +211,52 @@ def queue_wait(claimed: Claimed) -> float | None:
     return max((dt.datetime.now(dt.UTC).replace(tzinfo=None) - enqueued).total_seconds(), 0.0)
 
 
+def report(
+    outcome: Outcome,
+    name: str,
+    claimed: Claimed,
+    exc: BaseException | None = None,
+    duration: float | None = None,
+) -> None:
+    """Count and log one settled attempt, each step isolated. ``duration`` is None for an attempt
+    that never ran here: undecodable, or settled for a dead work process or an expired lease."""
+    if duration is None:
+        isolated("Counting an outcome", lambda: metrics.settled(name, claimed.queue, outcome.value))
+    else:
+        isolated(
+            "Counting an outcome", lambda: metrics.finished(name, claimed.queue, outcome.value, duration)
+        )
+    isolated("Recording an outcome", lambda: stats.record(name, outcome.value))
+    isolated("Logging an outcome", lambda: log_outcome(outcome, name, claimed, duration or 0.0, exc))
+
+
+def report_settled(outcome: Outcome, claimed: Claimed, exc: BaseException | None = None) -> None:
+    """:func:`report` for an attempt settled outside its work process, named from the job hash."""
+    report(outcome, claimed.fields.get("description", b"").decode(errors="replace"), claimed, exc)
+
+
+def _attempt(
+    definition: registry.Job[Any, Any], args: list[Any], kwargs: dict[str, Any]
+) -> BaseException | None:
+    """Run the job's code and return what it raised, whatever it is: ``SystemExit``,
+    ``KeyboardInterrupt`` and ``GeneratorExit`` are outcomes of the job like any exception. (The
+    work process's own shutdown never raises into a job: SIGTERM only sets a flag.)"""
+    try:
+        db_hygiene()
+        with soft_timeout(definition.timeout):
+            definition.func(*args, **kwargs)
+    except BaseException as exc:
+        return exc
+    return None
+
+
 def run(store: Store, claimed: Claimed, on_start: Callable[[float], None] | None = None) -> Outcome:
     """Run one claimed attempt. Failures are settled here; a success is left for the caller to
     complete (it batches the completion with its next claim). ``on_start(timeout)`` runs just
-    before the job's code, so a supervisor can arm its hard timeout."""
+    before the job's code, so a supervisor can arm its hard timeout.
+
+    Once the job's code has returned, its outcome is final: signals, cron bookkeeping, metrics and
+    the log line are isolated, so none of them can fail a success or rerun it."""
     started = time.perf_counter()
     name = "(unknown)"
     try:
@@ -204,44 +264,22 @@ def run(store: Store, claimed: Claimed, on_start: Callable[[float], None] | None
         definition = registry.get(name)
     except (PayloadError, JobNotFound) as exc:
         outcome = settle_failure(store, claimed, exc)
-        metrics.settled(name, claimed.queue, outcome.value)
-        stats.record(name, outcome.value)
-        log_outcome(outcome, name, claimed, 0.0, exc)
+        report(outcome, name, claimed, exc)
         return outcome
-    timeout = definition.timeout
     if on_start is not None:
-        on_start(timeout)
-    job_started.send(sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt)
-    metrics.started(name, claimed.queue, queue_wait(claimed))
-    db_hygiene()
-    try:
-        with soft_timeout(timeout):
-            definition.func(*args, **kwargs)
-    except Exception as exc:
-        duration = time.perf_counter() - started
-        error: BaseException | None = exc
-        job_failed.send(
-            sender=name,
-            job_id=claimed.id,
-            queue=claimed.queue,
-            attempt=claimed.attempt,
-            duration=duration,
-            exception=exc,
-        )
-        outcome = settle_failure(store, claimed, exc)
+        on_start(definition.timeout)
+    _notify(job_started, name, claimed)
+    isolated("Counting a start", lambda: metrics.started(name, claimed.queue, queue_wait(claimed)))
+    error = _attempt(definition, args, kwargs)
+    duration = time.perf_counter() - started
+    isolated("Closing the job's database connections", db_hygiene)
+    if error is None:
+        outcome = Outcome.SUCCESS
+        _notify(job_succeeded, name, claimed, duration=duration)
+        # A garbage dj_cron or a database error: the job did succeed; its period shows as overdue.
+        isolated(f"Marking periodic job {name} {claimed.id} finished", lambda: cron.finished(claimed.fields))
     else:
-        duration = time.perf_counter() - started
-        job_succeeded.send(
-            sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt, duration=duration
-        )
-        outcome, error = Outcome.SUCCESS, None
-        try:
-            cron.finished(claimed.fields)
-        except DatabaseError:  # the job did succeed; its period just shows as overdue
-            logger.warning("Could not mark periodic job %s %s finished", name, claimed.id, exc_info=True)
-    finally:
-        db_hygiene()
-    metrics.finished(name, claimed.queue, outcome.value, duration)
-    stats.record(name, outcome.value)
-    log_outcome(outcome, name, claimed, duration, error)
+        _notify(job_failed, name, claimed, duration=duration, exception=error)
+        outcome = settle_failure(store, claimed, error)
+    report(outcome, name, claimed, error, duration)
     return outcome

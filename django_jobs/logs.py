@@ -21,6 +21,35 @@ logger = logging.getLogger("django_jobs.worker")
 _LEVELS = {"success": logging.INFO, "dead": logging.ERROR}
 
 
+def exception_path(exc: BaseException) -> str:
+    """The exception's class as ``module.QualName`` (``builtins.SystemExit``)."""
+    cls = type(exc)
+    try:
+        return f"{cls.__module__}.{cls.__qualname__}"
+    except BaseException:  # a metaclass can make even these attributes raise
+        return "(an exception class that cannot be named)"
+
+
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, else ``repr(exc)``, else a placeholder: job code may raise an exception whose
+    ``__str__`` raises (or returns a non-string), and it must still be judged and logged."""
+    for render in (str, repr):
+        try:
+            text = render(exc)
+        except BaseException:  # even SystemExit from a __str__ is the exception's fault, not ours
+            continue
+        return str.__str__(text)  # a plain str, even from a str subclass with odd methods
+    return f"<unprintable {exception_path(exc)} object>"
+
+
+def exception_traceback(exc: BaseException) -> str:
+    """The formatted traceback, or a placeholder line if formatting fails (e.g. junk ``__notes__``)."""
+    try:
+        return "".join(traceback.format_exception(exc))
+    except BaseException:
+        return f"{exception_path(exc)}: {exception_text(exc)}\n(the traceback could not be formatted)\n"
+
+
 def _text_value(value: object) -> str:
     text = str(value)
     if text and not any(c.isspace() or c in '"=' for c in text):
@@ -42,12 +71,12 @@ def log_outcome(
         "duration": round(duration, 6),
     }
     if exc is not None:
-        fields["error"] = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
+        fields["error"] = f"{exception_path(exc)}: {exception_text(exc)}"
     level = _LEVELS.get(str(outcome), logging.WARNING)
     if jobs_settings.LOG_FORMAT == "json":
         line = dict(fields)
         if exc is not None:
-            line["traceback"] = "".join(traceback.format_exception(exc))
+            line["traceback"] = exception_traceback(exc)
         logger.log(level, json.dumps(line), extra=fields)
     else:
         message = " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())

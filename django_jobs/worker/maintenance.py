@@ -19,7 +19,7 @@ from django.db import DatabaseError, connections, router
 from django.utils import timezone
 from redis.exceptions import RedisError, ResponseError
 
-from .. import alerts, deadletter, execution, idempotency, metrics, stats
+from .. import alerts, deadletter, execution, idempotency, stats
 from ..conf import jobs_settings
 from ..cron import Scheduler
 from ..enqueue import Envelope, push
@@ -91,10 +91,7 @@ class Maintenance:
         outcome = execution.settle_failure(
             store=self.store, claimed=claimed, lost=True, exc=WorkerLost("The worker running this job died.")
         )
-        name = fields.get("description", b"").decode(errors="replace")
-        metrics.settled(name, queue, outcome.value)
-        stats.record(name, outcome.value)
-        execution.log_outcome(outcome, name, claimed, 0.0)
+        execution.report_settled(outcome, claimed)
 
     def _fields(self, job_id: str) -> dict[str, bytes]:
         try:

@@ -13,7 +13,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from redis import Redis
@@ -98,12 +98,8 @@ class WorkProcess:
             def arm(timeout: float, c: Claimed = claimed) -> None:
                 self._report(f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f}")
 
-            try:
-                outcome = execution.run(store, claimed, on_start=arm)
-            except RedisError as exc:
-                # The outcome could not be recorded; the lease expires and the job is retried.
-                logger.warning("Redis unavailable while settling job %s (%s)", claimed.id, exc)
-                outcome = execution.Outcome.LOST
+            outcome = self._run(store, claimed, arm)
+            self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
             if outcome is execution.Outcome.SUCCESS:
                 finished = (claimed.token, claimed.queue)
                 self._report("C")  # ran; keep the lease alive until the completion lands
@@ -113,6 +109,17 @@ class WorkProcess:
             stats.flush(self.connection)
             if self.max_jobs and done >= self.max_jobs:
                 self.stopping = True
+
+    def _run(self, store: Store, claimed: Claimed, arm: Callable[[float], None]) -> execution.Outcome:
+        """Run one job. Whatever escapes (Redis down while settling, or a fault in the settling
+        itself) costs this attempt, not the process: the lease expires and the job is retried."""
+        try:
+            return execution.run(store, claimed, on_start=arm)
+        except RedisError as exc:
+            logger.warning("Redis unavailable while settling job %s (%s)", claimed.id, exc)
+        except BaseException:
+            logger.exception("Could not settle job %s; it will be retried once its lease expires", claimed.id)
+        return execution.Outcome.LOST
 
     def _wait(self) -> None:
         """Block until a wake token arrives or a second passes; the token itself carries nothing."""

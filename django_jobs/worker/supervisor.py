@@ -30,6 +30,12 @@ from .process import WorkProcess, die_with_parent
 
 logger = logging.getLogger("django_jobs.worker")
 
+#: Respawns slow down once more work processes than ``concurrency`` died in this many seconds ...
+RESPAWN_WINDOW = 10.0
+#: ... waiting this long before the first respawn too many, doubling up to RESPAWN_MAX_DELAY.
+RESPAWN_DELAY = 0.05
+RESPAWN_MAX_DELAY = 1.0
+
 
 @dataclass
 class Slot:
@@ -79,7 +85,9 @@ class Supervisor:
         self.slots: dict[int, Slot] = {}
         self.stopping = False
         self.stop_by: float | None = None
-        self.deaths: list[float] = []
+        self.deaths: list[float] = []  # work processes that died holding no job: start-up failures
+        self.exits: list[float] = []  # every abnormal exit, job-holding ones too: paces respawns
+        self.respawn_at: list[float] = []
         self.fatal: str | None = None
         self.hostname = socket.gethostname()
         self._next_heartbeat = 0.0
@@ -175,12 +183,19 @@ class Supervisor:
             os.close(slot.fd)
             self._unregister(slot)
             code = os.waitstatus_to_exitcode(status)
-            if slot.token is not None and not slot.abandoned:
+            holding = slot.token is not None
+            if holding and not slot.abandoned:
                 self._settle_orphan(slot)
-            if code != 0 or slot.token is not None:
-                self.deaths.append(time.monotonic())
-                logger.warning("Work process %d exited with %s", pid, code)
-            if not self.stopping and (code != 0 or not (self.burst or self.max_jobs)):
+            if code != 0 or holding:
+                now = time.monotonic()
+                self.exits.append(now)
+                if not holding:
+                    # A job that kills its process is the job's failure, counted in its own attempts;
+                    # only a process dying on its own (a broken start-up) counts toward giving up.
+                    self.deaths.append(now)
+                held = f" holding job {slot.token}" if holding else ""
+                logger.warning("Work process %d exited with %s%s", pid, code, held)
+            if not self.stopping and (code != 0 or holding or not (self.burst or self.max_jobs)):
                 self._respawn()
 
     def _respawn(self) -> None:
@@ -190,7 +205,16 @@ class Supervisor:
             self.fatal = f"work processes died {len(self.deaths)} times in a minute"
             self.stopping, self.stop_by = True, 0.0
             return
-        self._spawn()
+        self.exits = [t for t in self.exits if now - t < RESPAWN_WINDOW]
+        surplus = len(self.exits) - self.concurrency
+        delay = min(RESPAWN_DELAY * 2 ** min(surplus, 10), RESPAWN_MAX_DELAY) if surplus > 0 else 0.0
+        self.respawn_at.append(now + delay)  # processes that keep dying must not fork-storm
+
+    def _respawn_due(self, now: float) -> None:
+        due = [t for t in self.respawn_at if t <= now]
+        self.respawn_at = [t for t in self.respawn_at if t > now]
+        for _ in due:
+            self._spawn()
 
     def _settle_orphan(self, slot: Slot) -> None:
         """A child died holding a job: time it out, hand it back, complete it, or count it lost."""
@@ -218,13 +242,15 @@ class Supervisor:
                 else WorkerLost(f"The work process running the job died (pid {slot.pid}).")
             )
             outcome = execution.settle_failure(self.store, claimed, exc)
-            name = claimed.fields.get("description", b"").decode(errors="replace")
-            metrics.settled(name, slot.queue, outcome.value)
-            stats.record(name, outcome.value)
-            execution.log_outcome(outcome, name, claimed, 0.0, exc)
-        except RedisError:
+            execution.report_settled(outcome, claimed, exc)
+        except Exception as error:  # Redis down, or anything else: never fatal to runjobs
             # The lease is still in Redis: when it expires, the reaper settles the job instead.
-            logger.warning("Could not settle job %s now; its lease will expire and be reaped.", slot.token)
+            logger.warning(
+                "Could not settle job %s now (%s); its lease will expire and be reaped.",
+                slot.token,
+                error,
+                exc_info=not isinstance(error, RedisError),
+            )
 
     def _enforce(self, now: float) -> None:
         for slot in self.slots.values():
@@ -319,10 +345,12 @@ class Supervisor:
         for _ in range(self.concurrency):
             self._spawn()
         logger.info("runjobs: %d work process(es) on %s", self.concurrency, ", ".join(self.queues))
-        while self.slots:
+        while self.slots or (self.respawn_at and not self.stopping):
             self._read(jobs_settings.MAINTENANCE_INTERVAL)
             self._reap_children()
             now = time.monotonic()
+            if not self.stopping:
+                self._respawn_due(now)
             self._enforce(now)
             self._heartbeat(now)
             if not self.stopping:
