@@ -42,12 +42,19 @@ def exception_text(exc: BaseException) -> str:
     return f"<unprintable {exception_path(exc)} object>"
 
 
-def exception_traceback(exc: BaseException) -> str:
-    """The formatted traceback, or a placeholder line if formatting fails (e.g. junk ``__notes__``)."""
+def _formatted(exc: BaseException) -> str | None:
     try:
         return "".join(traceback.format_exception(exc))
-    except BaseException:
+    except BaseException:  # e.g. __notes__ that cannot be read
+        return None
+
+
+def exception_traceback(exc: BaseException) -> str:
+    """The formatted traceback, or a placeholder if the exception cannot be formatted."""
+    text = _formatted(exc)
+    if text is None:
         return f"{exception_path(exc)}: {exception_text(exc)}\n(the traceback could not be formatted)\n"
+    return text
 
 
 def _text_value(value: object) -> str:
@@ -80,4 +87,6 @@ def log_outcome(
         logger.log(level, json.dumps(line), extra=fields)
     else:
         message = " ".join(f"{key}={_text_value(value)}" for key, value in fields.items())
-        logger.log(level, message, extra=fields, exc_info=exc)
+        # An exception the logging formatter cannot format would cost the whole line.
+        readable = exc is None or _formatted(exc) is not None
+        logger.log(level, message, extra=fields, exc_info=exc if readable else None)

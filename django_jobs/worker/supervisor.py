@@ -34,7 +34,7 @@ logger = logging.getLogger("django_jobs.worker")
 RESPAWN_WINDOW = 10.0
 #: ... waiting this long before the first respawn too many, doubling up to RESPAWN_MAX_DELAY.
 RESPAWN_DELAY = 0.05
-RESPAWN_MAX_DELAY = 1.0
+RESPAWN_MAX_DELAY = 0.5
 
 
 @dataclass

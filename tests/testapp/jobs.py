@@ -175,3 +175,67 @@ def which_connection() -> None:
     connection.ensure_connection()
     BACKENDS.append(id(connection.connection))
     SideEffect.objects.create(key="conn")
+
+
+# --- Job outcomes: whatever a job raises, or however it dies, is an outcome ---------------------
+
+BRIEF = RetryPolicy(max_attempts=2, base=0.05, factor=1, max_delay=0.05)
+
+
+class Custom(BaseException):
+    """A BaseException of the job's own, as some CLI frameworks define."""
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ is broken too")
+
+
+class Unspeakable(BaseException):
+    """Neither str() nor repr() works, and both raise what would stop a careless worker."""
+
+    def __str__(self) -> str:
+        raise SystemExit(9)
+
+    def __repr__(self) -> str:
+        raise KeyboardInterrupt
+
+
+class _UnreadableNotes(list[str]):
+    def __iter__(self):  # type: ignore[override]
+        raise RuntimeError("these notes cannot be read")
+
+
+def _junk_notes() -> BaseException:
+    exc = ValueError("its notes break traceback.format_exception")
+    exc.__notes__ = _UnreadableNotes()  # type: ignore[attr-defined]
+    return exc
+
+
+RAISES = {
+    "SystemExit": lambda: SystemExit(3),
+    "KeyboardInterrupt": KeyboardInterrupt,
+    "GeneratorExit": GeneratorExit,
+    "Custom": lambda: Custom("a custom BaseException"),
+    "Unprintable": lambda: Unprintable("never shown"),
+    "Unspeakable": Unspeakable,
+    "JunkNotes": _junk_notes,
+}
+
+
+@job(name="tests.raises", timeout=10, retry=BRIEF)
+def raises(key: str, kind: str) -> None:
+    SideEffect.objects.create(key=f"attempt:{key}")
+    raise RAISES[kind]()
+
+
+@job(name="tests.exits", timeout=10, retry=FAST)
+def exits(key: str, code: int) -> None:
+    """Ends its work process on every attempt, skipping every cleanup, as a C extension might."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    os._exit(code)
+
+
+if os.environ.get("JOBS_TEST_BROKEN_START"):
+    # A work process that dies before it can take a job: a broken start-up, fatal to runjobs.
+    os.register_at_fork(after_in_child=lambda: os._exit(1))
