@@ -79,7 +79,9 @@ def test_a_job_that_ends_its_process_every_time_is_dead_lettered_as_worker_lost_
     # 4 jobs x 3 attempts: 12 dead work processes, more than the 11 a minute that stop runjobs
     # when processes die on their own.
     handles = [jobs.exits.enqueue(f"x{i}", i % 2) for i in range(4)]  # exit codes 0 and 1 alike
-    entries = [wait_for(lambda h=h: DeadLetter.objects.filter(job_id=h.id).first(), timeout=60) for h in handles]
+    entries = [
+        wait_for(lambda h=h: DeadLetter.objects.filter(job_id=h.id).first(), timeout=60) for h in handles
+    ]
     for i, entry in enumerate(entries):
         assert (entry.reason, entry.attempts, attempts(f"x{i}")) == (DeadLetter.Reason.WORKER_LOST, 3, 3)
         assert entry.exception == "django_jobs.exceptions.WorkerLost"
