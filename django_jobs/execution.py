@@ -250,10 +250,16 @@ def _attempt(
     return None
 
 
-def run(store: Store, claimed: Claimed, on_start: Callable[[float], None] | None = None) -> Outcome:
+def run(
+    store: Store,
+    claimed: Claimed,
+    on_start: Callable[[float], None] | None = None,
+    on_return: Callable[[], None] | None = None,
+) -> Outcome:
     """Run one claimed attempt. Failures are settled here; a success is left for the caller to
     complete (it batches the completion with its next claim). ``on_start(timeout)`` runs just
-    before the job's code, so a supervisor can arm its hard timeout.
+    before the job's code, so a supervisor can arm its hard timeout; ``on_return()`` as soon as
+    the code returned, so it completes the job even if this process dies in what follows.
 
     Once the job's code has returned, its outcome is final: signals, cron bookkeeping, metrics and
     the log line are isolated, so none of them can fail a success or rerun it."""
@@ -275,6 +281,8 @@ def run(store: Store, claimed: Claimed, on_start: Callable[[float], None] | None
     isolated("Closing the job's database connections", db_hygiene)
     if error is None:
         outcome = Outcome.SUCCESS
+        if on_return is not None:
+            on_return()
         _notify(job_succeeded, name, claimed, duration=duration)
         # A garbage dj_cron or a database error: the job did succeed; its period shows as overdue.
         isolated(f"Marking periodic job {name} {claimed.id} finished", lambda: cron.finished(claimed.fields))

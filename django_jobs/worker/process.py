@@ -114,7 +114,8 @@ class WorkProcess:
         """Run one job. Whatever escapes (Redis down while settling, or a fault in the settling
         itself) costs this attempt, not the process: the lease expires and the job is retried."""
         try:
-            return execution.run(store, claimed, on_start=arm)
+            # "R": the job returned; if this process dies from here on, the supervisor completes it.
+            return execution.run(store, claimed, on_start=arm, on_return=lambda: self._report("R"))
         except RedisError as exc:
             logger.warning("Redis unavailable while settling job %s (%s)", claimed.id, exc)
         except BaseException:

@@ -52,6 +52,7 @@ class Slot:
     handed_back: bool = False
     abandoned: bool = False  # its lease was taken back: nothing left to settle
     suspect: str | None = None  # the running attempt's token, if the last heartbeat found no lease
+    returned: bool = False  # the running job's code returned: it succeeded, whatever happens next
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
@@ -60,6 +61,9 @@ class Slot:
             kind, *rest = line.decode().split()
             if kind == "S":
                 self.token, self.queue, self.deadline = rest[0], rest[1], float(rest[2])
+                self.returned = False
+            elif kind == "R":
+                self.returned = True
             elif kind == "C":
                 self.deadline = None
             elif kind == "D":
@@ -224,7 +228,7 @@ class Supervisor:
             if slot.handed_back:
                 self.store.release(slot.token, slot.queue)
                 return
-            if slot.deadline is None:  # it ran to success; only the completion was missing
+            if slot.deadline is None or slot.returned:  # it succeeded; only the completion was missing
                 self.store.complete_and_claim(
                     [],
                     finished=(slot.token, slot.queue),

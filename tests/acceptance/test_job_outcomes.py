@@ -108,6 +108,19 @@ def test_successful_jobs_with_a_garbage_periodic_run_field_run_exactly_once(runj
     assert worker.proc.poll() is None, worker.output()
 
 
+def test_a_job_whose_process_dies_after_it_returned_is_complete_and_never_rerun(runjobs, redis_db):
+    worker = runjobs(extra_env={"JOBS_TEST_DIE_AFTER_RETURN": "1"})
+    handle = jobs.dies_after_return.enqueue("returned")
+    wait_for(lambda: redis_db.hget(f"rq:job:{handle.id}", "status") == b"finished")
+    assert done("returned") == 1
+    assert redis_db.hget(f"rq:job:{handle.id}", "dj_attempt") == b"1"
+    wait_for(lambda: "exited with 1" in worker.output())  # the receiver did end the process
+    jobs.record.enqueue("next")
+    wait_for(lambda: done("next") == 1)
+    assert done("returned") == 1 and not DeadLetter.objects.exists()
+    assert worker.proc.poll() is None, worker.output()
+
+
 def test_work_processes_that_die_on_start_up_still_stop_runjobs_with_an_error_but_no_fork_storm(runjobs):
     worker = runjobs("--concurrency", "1", extra_env={"JOBS_TEST_BROKEN_START": "1"})
     wait_for(lambda: "exited with" in worker.output(), timeout=30)

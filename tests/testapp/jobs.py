@@ -236,6 +236,22 @@ def exits(key: str, code: int) -> None:
     os._exit(code)
 
 
+@job(name="tests.dies_after_return", timeout=10, retry=FAST)
+def dies_after_return(key: str) -> None:
+    """Succeeds; with JOBS_TEST_DIE_AFTER_RETURN set, a job_succeeded receiver then ends the process."""
+    SideEffect.objects.create(key=key)
+
+
+def _end_the_process(sender: str, **kwargs: object) -> None:
+    if sender == "tests.dies_after_return":
+        os._exit(1)
+
+
+if os.environ.get("JOBS_TEST_DIE_AFTER_RETURN"):
+    from django_jobs.signals import job_succeeded
+
+    job_succeeded.connect(_end_the_process, dispatch_uid="tests.end_the_process")
+
 if os.environ.get("JOBS_TEST_BROKEN_START"):
     # A work process that dies before it can take a job: a broken start-up, fatal to runjobs.
     os.register_at_fork(after_in_child=lambda: os._exit(1))
