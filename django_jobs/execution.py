@@ -82,7 +82,8 @@ def isolated(what: str, action: Callable[[], object]) -> None:
 
 
 def _notify(signal: Signal, name: str, claimed: Claimed, **kwargs: Any) -> None:
-    """Send one of the job's signals to every receiver, whatever an earlier one raised."""
+    """Send one of the job's signals. A receiver's Exception is logged and the later receivers
+    still run; a BaseException (``SystemExit``) is logged too, but ends this sending."""
     isolated(
         f"A receiver of a signal for job {name} {claimed.id}",
         lambda: signal.send_robust(
@@ -278,11 +279,11 @@ def run(
     isolated("Counting a start", lambda: metrics.started(name, claimed.queue, queue_wait(claimed)))
     error = _attempt(definition, args, kwargs)
     duration = time.perf_counter() - started
+    if error is None and on_return is not None:
+        on_return()
     isolated("Closing the job's database connections", db_hygiene)
     if error is None:
         outcome = Outcome.SUCCESS
-        if on_return is not None:
-            on_return()
         _notify(job_succeeded, name, claimed, duration=duration)
         # A garbage dj_cron or a database error: the job did succeed; its period shows as overdue.
         isolated(f"Marking periodic job {name} {claimed.id} finished", lambda: cron.finished(claimed.fields))
