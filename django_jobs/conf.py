@@ -48,6 +48,9 @@ DEFAULTS: dict[str, Any] = {
     # redact(data, *, job_name) -> data (or its dotted path), applied to payloads before the admin or
     # the deadletters command shows them.
     "REDACT": "django_jobs.redaction.mask_secrets",
+    # Modules that define jobs outside an installed app's jobs.py, imported at start-up with the
+    # jobs modules, so runjobs knows every job the web process can enqueue.
+    "IMPORT_MODULES": [],
 }
 
 
@@ -129,6 +132,10 @@ class JobsSettings:
     def REDACT(self) -> str | Callable[..., Any]:
         hook: str | Callable[..., Any] = self.get("REDACT")
         return hook
+
+    @property
+    def IMPORT_MODULES(self) -> list[str]:
+        return [str(module) for module in self.get("IMPORT_MODULES")]
 
     @staticmethod
     def unknown_keys() -> list[tuple[str, str | None]]:

@@ -21,7 +21,9 @@ once_per_run = pytest.mark.skipif(
 )
 
 #: ``<!-- quickstart: PATH -->`` or ``<!-- quickstart: PATH (append) -->`` right before a fenced block.
-_BLOCK = re.compile(r"<!-- quickstart: (?P<target>[^ ]+?)(?P<append> \(append\))? -->\n```\w*\n(?P<body>.*?)```", re.S)
+_BLOCK = re.compile(
+    r"<!-- quickstart: (?P<target>[^ ]+?)(?P<append> \(append\))? -->\n```\w*\n(?P<body>.*?)```", re.S
+)
 
 
 def quickstart_blocks() -> list[tuple[str, bool, str]]:
