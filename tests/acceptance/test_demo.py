@@ -59,3 +59,11 @@ def test_a_database_is_claimed_when_empty_and_stays_the_demos(redis_url: str, re
     redis_db.delete(MARKER)
     with pytest.raises(Refused):
         claim(redis_url)
+
+
+def test_the_example_project_names_no_redis_of_its_own_accord():
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0 and "Set REDIS_URL" in result.stderr, result.stdout + result.stderr
