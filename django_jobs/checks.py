@@ -254,8 +254,9 @@ def check_job_modules(app_configs: Sequence[AppConfig] | None = None, **kwargs: 
     discovered: frozenset[str] = getattr(apps.get_app_config("django_jobs"), "discovered", frozenset())
     return [
         Warning(
-            f"Job {definition.name!r} is defined in {definition.func.__module__}, which runjobs does not "
-            "import: workers would dead-letter it as unregistered.",
+            f"Job {definition.name!r} is defined in {definition.func.__module__}, which is not among the "
+            "modules runjobs imports at start-up (installed apps' jobs modules and JOBS['IMPORT_MODULES']): "
+            "a worker that has not happened to import it dead-letters the job as unregistered.",
             hint=f"Move it to an installed app's jobs.py (or a module jobs.py imports), or add "
             f"{definition.func.__module__!r} to JOBS['IMPORT_MODULES'].",
             obj=definition.func,

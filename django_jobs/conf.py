@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
     from .policy import RetryPolicy
@@ -135,7 +136,13 @@ class JobsSettings:
 
     @property
     def IMPORT_MODULES(self) -> list[str]:
-        return [str(module) for module in self.get("IMPORT_MODULES")]
+        modules = self.get("IMPORT_MODULES")
+        if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
+            # Read at start-up, before any system check could report it: say what is wrong right here.
+            raise ImproperlyConfigured(
+                f"JOBS['IMPORT_MODULES'] must be a list of module paths, got {modules!r}."
+            )
+        return list(modules)
 
     @staticmethod
     def unknown_keys() -> list[tuple[str, str | None]]:

@@ -11,9 +11,11 @@ import sys
 
 import pytest
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_jobs import checks, registry
+from django_jobs.conf import jobs_settings
 from django_jobs.exceptions import JobNotFound
 from tests.conftest import ROOT
 
@@ -70,3 +72,10 @@ def test_import_modules_are_imported_at_start_up_and_the_check_is_clean():
     probe = "from django_jobs import registry; print(registry.get('tests.outside').name)"
     imported = _django("shell", "-v", "0", "-c", probe, import_modules=[OUTSIDE])
     assert imported.stdout.strip() == "tests.outside", imported.stderr
+
+
+@pytest.mark.parametrize("value", ["tests.unit.outside_jobs", [42], None])
+def test_import_modules_must_be_a_list_of_module_paths(value):
+    given = override_settings(JOBS={**settings.JOBS, "IMPORT_MODULES": value})
+    with given, pytest.raises(ImproperlyConfigured, match="IMPORT_MODULES"):
+        print(jobs_settings.IMPORT_MODULES)
