@@ -16,6 +16,8 @@ from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.acceptance, once_per_run]
 
+#: The interpreter of the project's virtualenv: this test run's, or JOBS_NEW_USER_PYTHON to try another.
+PYTHON = os.environ.get("JOBS_NEW_USER_PYTHON", sys.executable)
 #: The Redis the README's settings name; the test points the project at its own database instead.
 README_REDIS = "redis://localhost:6379/0"
 #: Whom the project's invoices were mailed to, as the project's own shell reports it.
@@ -52,7 +54,7 @@ def _django_says(python: Path, project: Path, env: dict[str, str], code: str) ->
 
 def test_a_new_project_built_from_the_quick_start_runs_its_jobs(wheel: Path, tmp_path: Path, redis_url: str):
     venv, project = tmp_path / "venv", tmp_path / "project"
-    run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+    run([PYTHON, "-m", "venv", str(venv)], cwd=tmp_path)
     env, python = _environment(venv), venv / "bin" / "python"
     run([str(python), "-m", "pip", "install", "-q", str(wheel), "pytest>=8.3,<10", "pytest-django>=4.9,<5"],
         cwd=tmp_path, env=env, timeout=600)  # fmt: skip
