@@ -24,6 +24,24 @@ README_REDIS = "redis://localhost:6379/0"
 SENT = "from billing.models import Invoice; print([i.email for i in Invoice.objects.exclude(sent_at=None)])"
 
 
+#: The Quick start's commands this test runs (with its own flags added): the README must still say them.
+COMMANDS = [
+    "django-admin startproject mysite .",
+    "python manage.py startapp billing",
+    "python manage.py makemigrations billing && python manage.py migrate",
+    "python manage.py check",
+    "python manage.py runjobs --burst",
+    "python manage.py deadletters list",
+    "pip install pytest pytest-django",
+]
+
+
+def test_the_quick_start_still_gives_the_commands_this_test_runs():
+    text = (ROOT / "README.md").read_text()
+    quick_start = text[text.index("## Quick start") : text.index("## The API")]
+    assert [command for command in COMMANDS if command not in quick_start] == []
+
+
 def _environment(venv: Path) -> dict[str, str]:
     """A shell's environment with the venv activated, and nothing of this test suite's settings."""
     ours = ("DJANGO_SETTINGS_MODULE", "PYTHONPATH", "VIRTUAL_ENV", "JOBS_TEST_")
