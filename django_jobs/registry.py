@@ -278,7 +278,11 @@ def get(name: str) -> Job[Any, Any]:
     try:
         return _registry[name]
     except KeyError:
-        raise JobNotFound(f"No job is registered under the name {name!r}; it will not be run.") from None
+        raise JobNotFound(
+            f"No job is registered under the name {name!r}; it will not be run. Workers know the jobs "
+            "defined in an installed app's jobs.py (and the modules it imports) and in the modules "
+            "listed in JOBS['IMPORT_MODULES']; manage.py check warns about a job defined elsewhere."
+        ) from None
 
 
 def all_jobs() -> list[Job[Any, Any]]:
