@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from . import execution, payload, registry, stats
 from .conf import jobs_settings
 from .connections import get_connection, queue_configs
 from .enqueue import Envelope
+from .exceptions import JobNotFound
 from .store import Store
 
 
@@ -53,17 +55,43 @@ class Captured:
         return [j for j in self.jobs if j.name == name]
 
     def assert_enqueued(self, job: registry.Job[Any, Any] | str, *args: Any, **kwargs: Any) -> CapturedJob:
-        """Assert one captured job of this kind was called with exactly these arguments."""
-        matches = [j for j in self.named(job) if j.args == list(args) and j.kwargs == kwargs]
+        """Assert one captured job of this kind was called with these arguments.
+
+        Both calls are bound to the job function's signature first, so ``send_welcome(1)`` matches
+        ``assert_enqueued(send_welcome, user_id=1)`` and defaults count as passed.
+        """
+        name = job if isinstance(job, str) else job.name
+        expected = _bound(name, list(args), kwargs)
+        matches = [j for j in self.named(name) if _bound(name, j.args, j.kwargs) == expected]
         if len(matches) != 1:
-            seen = [(j.name, j.args, j.kwargs) for j in self.jobs]
-            raise AssertionError(f"expected one {job!r} with {args!r} {kwargs!r}; captured {seen!r}")
+            found = f"{len(matches)} such calls" if matches else "none"
+            seen = "\n".join(f"  {_call(j.name, j.args, j.kwargs)}" for j in self.jobs) or "  (nothing)"
+            raise AssertionError(
+                f"expected one {_call(name, list(args), kwargs)}, found {found}; captured:\n{seen}"
+            )
         return matches[0]
 
     def run(self) -> None:
         """Run the captured jobs now, in order, through their registered functions."""
         for captured in self.jobs:
             registry.get(captured.name).func(*captured.args, **captured.kwargs)
+
+
+def _bound(name: str, args: list[Any], kwargs: dict[str, Any]) -> object:
+    """The call as the function sees it (every parameter by name, defaults applied), when it binds."""
+    try:
+        signature = inspect.signature(registry.get(name).func)
+        bound = signature.bind(*args, **kwargs)
+    except (JobNotFound, TypeError, ValueError):
+        return (args, kwargs)  # an unknown job or a call that cannot bind: compare as written
+    bound.apply_defaults()
+    return bound.arguments
+
+
+def _call(name: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    """``name(1, user_id=2)``: one call the way it reads in code."""
+    parts = [repr(value) for value in args] + [f"{key}={value!r}" for key, value in kwargs.items()]
+    return f"{name}({', '.join(parts)})"
 
 
 _active: list[Captured] = []

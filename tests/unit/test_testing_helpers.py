@@ -74,25 +74,49 @@ def test_assert_enqueued_matches_exact_arguments():
 
 
 @pytest.mark.parametrize(
-    ("job", "args", "kwargs"),
+    ("job", "args", "kwargs", "expected"),
     [
-        (jobs.record, ("other",), {}),  # wrong argument
-        (jobs.record, ("a", "b"), {}),  # extra argument
-        (jobs.record, (), {"key": "a"}),  # positional vs keyword matters
-        (jobs.renamed, ("a",), {}),  # a job that was not enqueued
+        (jobs.record, ("other",), {}, "tests.record('other')"),  # wrong argument
+        (jobs.record, ("a", "b"), {}, "tests.record('a', 'b')"),  # extra argument
+        (jobs.record, (), {"nokey": "a"}, "tests.record(nokey='a')"),  # no such parameter
+        (jobs.renamed, ("a",), {}, "tests.new_name('a')"),  # a job that was not enqueued
     ],
 )
-def test_assert_enqueued_fails_with_what_was_captured(job, args, kwargs):
+def test_assert_enqueued_fails_with_what_was_captured(job, args, kwargs, expected):
     with capture_jobs() as captured:
         jobs.record.enqueue("a")
-        jobs.record.enqueue("z")
+        jobs.fails_then_succeeds.enqueue("z", failures=1)
     with pytest.raises(AssertionError) as info:
         captured.assert_enqueued(job, *args, **kwargs)
-    message = str(info.value)
-    assert repr(args) in message and repr(kwargs) in message  # what was expected
-    assert (
-        "('tests.record', ['a'], {})" in message and "('tests.record', ['z'], {})" in message
-    )  # what was seen
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"expected one {expected}, found none; captured:"
+    assert lines[1:] == ["  tests.record('a')", "  tests.fails_then_succeeds('z', failures=1)"]
+
+
+@pytest.mark.parametrize(
+    ("enqueued", "asserted"),
+    [
+        ((("a",), {}), ((), {"key": "a"})),  # positional, asserted by keyword
+        (((), {"key": "a"}), (("a",), {})),  # keyword, asserted positionally
+    ],
+)
+def test_assert_enqueued_matches_a_call_however_its_arguments_were_passed(enqueued, asserted):
+    with capture_jobs() as captured:
+        handle = jobs.record.enqueue(*enqueued[0], **enqueued[1])
+    assert captured.assert_enqueued(jobs.record, *asserted[0], **asserted[1]).id == handle.id
+    assert captured.assert_enqueued("tests.record", *asserted[0], **asserted[1]).id == handle.id
+
+
+def test_assert_enqueued_applies_defaults_on_both_sides():
+    with capture_jobs() as captured:
+        jobs.greet.enqueue("k")
+        handle = jobs.greet.enqueue("k", "hi")
+    assert captured.assert_enqueued(jobs.greet, "k", greeting="hi").id == handle.id
+    with capture_jobs() as twice:
+        jobs.greet.enqueue("k")
+        jobs.greet.enqueue("k", greeting="hello")
+    with pytest.raises(AssertionError, match=r"found 2 such calls"):
+        twice.assert_enqueued(jobs.greet, key="k")
 
 
 def test_assert_enqueued_fails_when_the_same_call_was_enqueued_twice():
