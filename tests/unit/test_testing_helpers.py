@@ -332,6 +332,15 @@ def test_pytest_django_sees_jobs_of_the_codes_own_transactions(helper):
         assert _captured_keys(captured) == ["welcome"]
 
 
+@pytest.mark.django_db
+def test_the_jobs_captured_fixture_sees_jobs_of_the_codes_own_transactions(jobs_captured):
+    _signup("welcome")
+    with pytest.raises(RuntimeError):
+        _signup("rolled-back", fail=True)
+    jobs_captured.assert_enqueued(jobs.record, key="welcome")
+    assert len(jobs_captured) == 1
+
+
 @pytest.mark.django_db(transaction=True)
 def test_queue_mode_in_a_real_transaction_still_waits_for_the_commit(redis_db):
     with transaction.atomic():
