@@ -81,9 +81,7 @@ def _advice(value: Any) -> str:
     kind = type(value).__name__
     if isinstance(value, Model):
         variable = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", kind).lower()
-        return (
-            f"is a model instance ({kind}); pass its primary key ({variable}.pk) and fetch it in the job."
-        )
+        return f"is a model instance ({kind}); pass its primary key ({variable}.pk) and fetch it in the job."
     if isinstance(value, QuerySet):
         return "is a QuerySet; pass a list of primary keys (list(qs.values_list('pk', flat=True)))."
     if isinstance(value, File | io.IOBase):
