@@ -12,6 +12,7 @@ import datetime as dt
 import io
 import json
 import math
+import re
 import uuid
 import zlib
 import zoneinfo
@@ -76,11 +77,11 @@ def _encode_dict(value: dict[Any, Any], where: str) -> dict[str, Any]:
 
 
 def _advice(value: Any) -> str:
+    # The class name comes after a colon or "type", never after an article: "a Invoice" reads wrong.
     kind = type(value).__name__
     if isinstance(value, Model):
-        return (
-            f"is a {kind} model instance; pass its primary key ({kind.lower()}.pk) and fetch it in the job."
-        )
+        variable = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", kind).lower()
+        return f"is a model instance ({kind}); pass its primary key ({variable}.pk) and fetch it in the job."
     if isinstance(value, QuerySet):
         return "is a QuerySet; pass a list of primary keys (list(qs.values_list('pk', flat=True)))."
     if isinstance(value, File | io.IOBase):
@@ -91,7 +92,7 @@ def _advice(value: Any) -> str:
         return "is bytes; pass text (for example base64) or store it and pass a key."
     if isinstance(value, set | frozenset):
         return "is a set; pass a sorted list."
-    return f"is a {kind}, which is not JSON; pass an ID or a plain value."
+    return f"is of type {kind}, which is not JSON; pass an ID or a plain value."
 
 
 def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:

@@ -488,5 +488,15 @@ class Store:
         raw: dict[bytes, bytes] = self.connection.hgetall(job_key(job_id))  # type: ignore[assignment]
         return {k.decode(): v for k, v in raw.items()}
 
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        """Seconds (in Redis time) until the first scheduled job of these queues is due; None if none."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.time()
+            for queue in queues:
+                pipe.zrange(scheduled_key(queue), 0, 0, withscores=True)
+            (now_s, now_us), *firsts = pipe.execute()
+        dues = [float(first[0][1]) for first in firsts if first]
+        return min(dues) - (now_s + now_us / 1e6) if dues else None
+
 
 _stores: weakref.WeakKeyDictionary[Redis, Store] = weakref.WeakKeyDictionary()

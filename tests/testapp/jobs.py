@@ -175,3 +175,11 @@ def which_connection() -> None:
     connection.ensure_connection()
     BACKENDS.append(id(connection.connection))
     SideEffect.objects.create(key="conn")
+
+
+# --- first hour as a user: testing helpers and burst -----------------------------------------------
+
+
+@job(name="tests.greet", timeout=10, retry=FAST)
+def greet(key: str, greeting: str = "hello") -> None:
+    SideEffect.objects.create(key=f"{greeting}:{key}")
