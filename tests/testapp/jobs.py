@@ -175,3 +175,21 @@ def which_connection() -> None:
     connection.ensure_connection()
     BACKENDS.append(id(connection.connection))
     SideEffect.objects.create(key="conn")
+
+
+# --- names, tombstones, redaction, bounded input ------------------------------------------------
+
+
+@job(name="tests.solo", aliases=["tests.solo_before_rename"], timeout=10, retry=FAST, concurrency=1)
+def solo(key: str) -> None:
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.hourly_quota", aliases=["tests.quota_before_rename"], timeout=10, retry=FAST, rate="1/h")
+def hourly_quota(key: str) -> None:
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.debounced", aliases=["tests.debounced_before_rename"], timeout=10, retry=FAST)
+def debounced(key: str) -> None:
+    SideEffect.objects.create(key=key)
