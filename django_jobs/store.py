@@ -187,9 +187,14 @@ local limits = cjson.decode(ARGV[9])
 local backoff = tonumber(ARGV[10])
 local deferred = 0
 
+-- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
+local function limit_of(name)
+  return limits[name] or limits[string.match(name, '^[^(]*')]
+end
+
 -- A job over its type's concurrency or rate limit waits in the scheduled set; no attempt is spent.
 local function blocked(name)
-  local limit = limits[name]
+  local limit = limit_of(name)
   if not limit then return nil end
   if limit[1] > 0 then
     local slots = 'djjobs:slots:' .. limit[4]
@@ -236,8 +241,9 @@ for _, queue in ipairs(KEYS) do
                    'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
         redis.call('ZADD', 'djjobs:leases', now + tonumber(ARGV[6]), token)
         redis.call('ZADD', 'rq:wip:' .. queue, '+inf', token)
-        if limits[name] and limits[name][1] > 0 then
-          redis.call('ZADD', 'djjobs:slots:' .. limits[name][4], now, token)
+        local limit = limit_of(name)
+        if limit and limit[1] > 0 then
+          redis.call('ZADD', 'djjobs:slots:' .. limit[4], now, token)
         end
         return {finished, queue, id, token, fields}
       end

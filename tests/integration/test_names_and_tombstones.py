@@ -7,6 +7,8 @@ import dataclasses
 import datetime as dt
 
 import pytest
+from rq import Queue
+from rq.serializers import JSONSerializer
 
 from django_jobs import registry
 from django_jobs.enqueue import Envelope, Options, build, push
@@ -50,6 +52,14 @@ def test_an_alias_and_the_current_name_share_one_concurrency_slot(redis_db, firs
     assert running is not None and running.fields["description"] == first.encode()
     assert claim(redis_db, "n2") is None  # concurrency=1: the other one waits for the slot
     assert redis_db.zcard("rq:scheduled:default") == 1
+
+
+def test_a_job_that_rq_itself_queued_shares_the_slot(redis_db):
+    """RQ stores the call ('tests.solo('b')') as the description: the limit is still the job's."""
+    push([envelope("tests.solo", "a")])
+    Queue("default", connection=redis_db, serializer=JSONSerializer).enqueue("tests.solo", "b")
+    assert claim(redis_db, "n1") is not None
+    assert claim(redis_db, "n2") is None
 
 
 QUOTA = ["tests.hourly_quota", "tests.quota_before_rename"]
