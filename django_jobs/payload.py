@@ -142,7 +142,7 @@ def _decode_hook(obj: dict[str, Any]) -> Any:
 def inflate(data: bytes) -> bytes:
     """Decompress RQ's zlib ``data`` without ever holding more than ``JOBS["MAX_PAYLOAD_BYTES"]`` + 1
     bytes: a small compressed field can inflate to gigabytes, in every process that reads it."""
-    limit = jobs_settings.MAX_PAYLOAD_BYTES
+    limit = max(jobs_settings.MAX_PAYLOAD_BYTES, 0)  # max_length=0 would mean "no limit" to zlib
     try:
         inflated = zlib.decompressobj().decompress(data, limit + 1)
     except zlib.error as exc:

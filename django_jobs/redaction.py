@@ -44,12 +44,12 @@ def redact(data: Any, *, job_name: str) -> Any:
 
 
 def _nested(data: Any, job_name: str) -> Any:
-    """``data`` with each string that holds a JSON object or array redacted, and still a string."""
+    """``data`` with each string that holds JSON redacted, and still a string."""
     if isinstance(data, dict):
         return {key: _nested(value, job_name) for key, value in data.items()}
     if isinstance(data, list):
         return [_nested(item, job_name) for item in data]
-    if isinstance(data, str) and data.lstrip()[:1] in ("{", "["):
+    if isinstance(data, str) and data.lstrip()[:1] in ("{", "[", '"'):  # '"': JSON encoded twice
         try:
             inner = json.loads(data)
         except ValueError:

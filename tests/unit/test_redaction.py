@@ -7,7 +7,9 @@ import json
 import pickle
 import zlib
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from django_jobs.models import DeadLetter
 from django_jobs.redaction import MASK, payload_json, raw_json
@@ -81,3 +83,24 @@ def test_the_redact_setting_applies_inside_nested_json_too(settings):
     raw = snapshot(data=data(payment=json.dumps({"card": "4242 4242"})))
     shown = raw_json(DeadLetter(job_name="shop.charge", raw=raw))
     assert "4242" not in shown and "(card)" in shown
+
+
+SECRET = "s3cr3t-value"
+_leaves = st.one_of(st.integers(), st.text(max_size=5), st.none(), st.just({"password": SECRET}))
+TREES = st.recursive(
+    _leaves,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.dictionaries(st.text(max_size=5), children, max_size=3),
+        st.builds(json.dumps, children),  # a part of the payload encoded as a JSON string
+    ),
+    max_leaves=12,
+)
+
+
+@hypothesis.settings(max_examples=200, deadline=None)
+@hypothesis.given(TREES)
+def test_no_secret_survives_at_any_depth_of_encoding(tree):
+    raw = snapshot(data=json.dumps(["shop.charge", None, [tree], {}]))
+    assert SECRET not in raw_json(DeadLetter(job_name="shop.charge", raw=raw))
+    assert SECRET not in payload_json(DeadLetter(job_name="shop.charge", args=[tree], kwargs={}))
