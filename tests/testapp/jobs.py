@@ -181,8 +181,11 @@ def which_connection() -> None:
 
 
 @job(name="tests.solo", aliases=["tests.solo_before_rename"], timeout=10, retry=FAST, concurrency=1)
-def solo(key: str) -> None:
-    SideEffect.objects.create(key=key)
+def solo(key: str, seconds: float = 0.0) -> None:
+    """Records its start and end, so a test can see whether two ever ran at once."""
+    started = time.time()
+    time.sleep(seconds)
+    SideEffect.objects.create(key=f"{key}|{started}|{time.time()}")
 
 
 @job(name="tests.hourly_quota", aliases=["tests.quota_before_rename"], timeout=10, retry=FAST, rate="1/h")
