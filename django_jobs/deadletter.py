@@ -58,7 +58,9 @@ def _payload_parts(fields: dict[str, bytes]) -> tuple[str, list[Any], dict[str, 
     try:
         return payload.loads_tagged(fields.get("data", b""))
     except PayloadError:
-        return fields.get("description", b"(unknown)").decode(errors="replace"), [], {}
+        # RQ's description is the call with its arguments' repr: keep the name, never the arguments
+        description = fields.get("description", b"(unknown)").decode(errors="replace")
+        return description.partition("(")[0] or "(unknown)", [], {}
 
 
 def record(failure: Failure, fields: dict[str, bytes]) -> DeadLetter:

@@ -20,7 +20,7 @@ from django.db import DatabaseError, connections, reset_queries
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import cron, deadletter, metrics, payload, registry, stats
-from .exceptions import JobNotFound, JobTimeout, PayloadError, WorkerLost
+from .exceptions import JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
 from .logs import log_outcome as log_outcome  # the supervisor and maintenance log through here too
 from .models import DeadLetter
 from .policy import Verdict, classify
@@ -60,9 +60,11 @@ def _exc_path(exc: BaseException) -> str:
 def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, Any] | None) -> Failed:
     text = "".join(traceback.format_exception(exc))
     if definition is None:
-        reason = (
-            DeadLetter.Reason.UNREGISTERED if isinstance(exc, JobNotFound) else DeadLetter.Reason.UNDECODABLE
-        )
+        reason = DeadLetter.Reason.UNDECODABLE
+        if isinstance(exc, JobNotFound):
+            reason = DeadLetter.Reason.UNREGISTERED
+        elif isinstance(exc, PayloadTooLarge):  # a decompression bomb: quarantined, never inflated
+            reason = DeadLetter.Reason.UNREADABLE
         return Failed(_exc_path(exc), str(exc), text, Verdict.DEAD, reason, exc)
     verdict = classify(exc, attempt=claimed.attempt, policy=definition.policy, permanent=definition.permanent)
     exhausted = claimed.attempt >= definition.policy.max_attempts

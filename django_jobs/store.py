@@ -74,9 +74,11 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
 # ARGV[1]: JSON list of [id, queue, due (0 = now), [field, value, ...], unique key or '', debounce seconds];
-# ARGV[2]: wake list cap; ARGV[3]: seconds a unique key's marker lives.
-# Returns the ids not pushed: already in Redis (a second push of an id is a no-op), or a duplicate of a
-# queued or running job with the same unique key.
+# ARGV[2]: wake list cap; ARGV[3]: seconds a unique key's marker (and a replaced job's tombstone) lives.
+# Returns the ids not pushed: already in Redis (a second push of an id is a no-op), a duplicate of a
+# queued or running job with the same unique key, or a debounced job that a newer one already replaced.
+# A unique key is one namespace for every job (the key names the job if it must), so a job queued under
+# an alias and one under its current name hold the same key.
 _PUSH = (
     _NOW
     + """
@@ -84,25 +86,59 @@ local jobs = cjson.decode(ARGV[1])
 local seen = {}
 local queues = {}
 local pending = {queued = true, started = true, scheduled = true}
+
+-- {status, origin, created_at} of the job holding a unique key; {} if its hash is gone or not a hash.
+local function holder_fields(holder)
+  local got = redis.pcall('HMGET', 'rq:job:' .. holder, 'status', 'origin', 'created_at')
+  if got.err then return {} end
+  return got
+end
+
+local function created(flat)
+  for i = 1, #flat, 2 do
+    if flat[i] == 'created_at' then return tostring(flat[i + 1]) end
+  end
+  return ''
+end
+
+-- A replaced job stays as a small tombstone, so no later push of its id (the relay pushing its
+-- outbox row) runs it; it outlives the unique key's marker.
+local function tombstone(key, by, fields)
+  if fields then redis.call('HSET', key, unpack(fields)) end
+  redis.call('HDEL', key, 'data')
+  redis.call('HSET', key, 'status', 'canceled', 'dj_replaced_by', by)
+  redis.call('EXPIRE', key, ARGV[3])
+end
+
 for _, j in ipairs(jobs) do
   local id, queue, due, unique, debounce = j[1], j[2], tonumber(j[3]), j[5], tonumber(j[6])
   local key = 'rq:job:' .. id
   local skip = redis.call('EXISTS', key) == 1
+  local replaced_by = nil
   if not skip and unique ~= '' then
     local marker = 'djjobs:unique:' .. unique
     local holder = redis.call('GET', marker)
+    local held = holder and holder_fields(holder) or {}
     if holder and debounce > 0 then
       -- debounce: the newest enqueue replaces one that is still waiting out its window
-      if redis.call('ZREM', 'rq:scheduled:' .. queue, holder) == 1 then
-        redis.call('DEL', 'rq:job:' .. holder)
+      if (held[3] or '') > created(j[4]) then
+        replaced_by = holder  -- this one is older: it arrives after the job that replaced it
+      elseif held[1] == 'scheduled' then
+        -- in its own queue's scheduled set: a deploy may have moved the job to another queue
+        if redis.call('ZREM', 'rq:scheduled:' .. (held[2] or queue), holder) == 1 then
+          tombstone('rq:job:' .. holder, id, nil)
+        end
       end
-    elseif holder and pending[redis.call('HGET', 'rq:job:' .. holder, 'status') or ''] then
+    elseif holder and pending[held[1] or ''] then
       skip = true
     end
-    if not skip then redis.call('SET', marker, id, 'EX', ARGV[3]) end
+    if not skip and not replaced_by then redis.call('SET', marker, id, 'EX', ARGV[3]) end
     if debounce > 0 then due = now + debounce end
   end
-  if skip then
+  if replaced_by then
+    tombstone(key, replaced_by, j[4])
+    table.insert(seen, id)
+  elseif skip then
     table.insert(seen, id)
   else
     redis.call('HSET', key, unpack(j[4]))
@@ -129,7 +165,8 @@ return seen
 # Finish the previous job (ARGV[1] token, ARGV[2] its queue, ARGV[3] ended_at, ARGV[4] finished ttl),
 # then claim the next one from the queues KEYS (in priority order).
 # ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
-# ARGV[9] JSON {job name: [concurrency, rate count, rate period]}, ARGV[10] seconds a limited job waits.
+# ARGV[9] JSON {job name or alias: [concurrency, rate count, rate period, canonical name]} (slots and
+# rate windows are keyed by the canonical name, so aliases share them), ARGV[10] seconds a limited job waits.
 # The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
 # Nothing after the LPOP may raise: a script error would leave the popped id nowhere.
 # Returns {finished_ok, queue, id, token, fields} (fields as they were before the claim) or {finished_ok}.
@@ -150,12 +187,17 @@ local limits = cjson.decode(ARGV[9])
 local backoff = tonumber(ARGV[10])
 local deferred = 0
 
+-- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
+local function limit_of(name)
+  return limits[name] or limits[string.match(name, '^[^(]*')]
+end
+
 -- A job over its type's concurrency or rate limit waits in the scheduled set; no attempt is spent.
 local function blocked(name)
-  local limit = limits[name]
+  local limit = limit_of(name)
   if not limit then return nil end
   if limit[1] > 0 then
-    local slots = 'djjobs:slots:' .. name
+    local slots = 'djjobs:slots:' .. limit[4]
     local live = 0
     for _, member in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
       if redis.call('ZSCORE', 'djjobs:leases', member) then live = live + 1
@@ -165,7 +207,7 @@ local function blocked(name)
   end
   if limit[2] > 0 then
     local window = math.floor(now / limit[3])
-    local counter = 'djjobs:rate:' .. name .. ':' .. window
+    local counter = 'djjobs:rate:' .. limit[4] .. ':' .. window
     local started = redis.call('INCR', counter)
     if started == 1 then redis.call('EXPIRE', counter, math.ceil(limit[3]) + 1) end
     if started > limit[2] then return (window + 1) * limit[3] - now end
@@ -199,8 +241,9 @@ for _, queue in ipairs(KEYS) do
                    'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
         redis.call('ZADD', 'djjobs:leases', now + tonumber(ARGV[6]), token)
         redis.call('ZADD', 'rq:wip:' .. queue, '+inf', token)
-        if limits[name] and limits[name][1] > 0 then
-          redis.call('ZADD', 'djjobs:slots:' .. name, now, token)
+        local limit = limit_of(name)
+        if limit and limit[1] > 0 then
+          redis.call('ZADD', 'djjobs:slots:' .. limit[4], now, token)
         end
         return {finished, queue, id, token, fields}
       end

@@ -30,8 +30,8 @@ def build_supervisor(
         raise ConfigurationError(
             f"Queues {', '.join(names)} live on different Redis servers; run one runjobs per server."
         )
-    if burst_wait < 0:
-        raise ConfigurationError(f"--burst-wait must be at least 0, got {burst_wait:g}.")
+    if not 0 <= burst_wait < float("inf"):  # NaN fails both comparisons
+        raise ConfigurationError(f"--burst-wait must be a finite number at least 0, got {burst_wait:g}.")
     if concurrency < 1:
         raise ConfigurationError(f"--concurrency must be at least 1, got {concurrency}.")
     connection = get_connection(names[0], socket_timeout=WORKER_SOCKET_TIMEOUT)

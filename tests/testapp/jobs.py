@@ -183,3 +183,24 @@ def which_connection() -> None:
 @job(name="tests.greet", timeout=10, retry=FAST)
 def greet(key: str, greeting: str = "hello") -> None:
     SideEffect.objects.create(key=f"{greeting}:{key}")
+
+
+# --- names, tombstones, redaction, bounded input ------------------------------------------------
+
+
+@job(name="tests.solo", aliases=["tests.solo_before_rename"], timeout=10, retry=FAST, concurrency=1)
+def solo(key: str, seconds: float = 0.0) -> None:
+    """Records its start and end, so a test can see whether two ever ran at once."""
+    started = time.time()
+    time.sleep(seconds)
+    SideEffect.objects.create(key=f"{key}|{started}|{time.time()}")
+
+
+@job(name="tests.hourly_quota", aliases=["tests.quota_before_rename"], timeout=10, retry=FAST, rate="1/h")
+def hourly_quota(key: str) -> None:
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.debounced", aliases=["tests.debounced_before_rename"], timeout=10, retry=FAST)
+def debounced(key: str) -> None:
+    SideEffect.objects.create(key=key)
