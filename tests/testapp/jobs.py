@@ -175,3 +175,12 @@ def which_connection() -> None:
     connection.ensure_connection()
     BACKENDS.append(id(connection.connection))
     SideEffect.objects.create(key="conn")
+
+
+# --- maintenance loops and dead-letter storage ------------------------------------------------
+
+
+@job(name="tests.fails_with", timeout=10, retry=FAST)
+def fails_with(value: str) -> None:
+    """Dead-letters at once with its argument in the message (NUL and all)."""
+    raise PermanentError(f"bad input: {value}")
