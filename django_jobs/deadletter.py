@@ -148,6 +148,14 @@ def _storable_id(job_id: str, clean: _Storable) -> str:
     return surrogate_id(to_bytes(job_id))
 
 
+def _storable_reason(reason: str, clean: _Storable) -> str:
+    """A reason read back from a job hash may be anything; one that is not a choice is unreadable."""
+    if reason in DeadLetter.Reason.values:
+        return reason
+    clean.originals["djjobs:original reason"] = to_bytes(reason)
+    return DeadLetter.Reason.UNREADABLE
+
+
 def _columns(failure: Failure, fields: dict[str, bytes], clean: _Storable) -> dict[str, Any]:
     name, args, kwargs = _payload_parts(fields)
     data = fields.get("data", b"")
@@ -166,9 +174,9 @@ def _columns(failure: Failure, fields: dict[str, bytes], clean: _Storable) -> di
         "traceback": traceback,
         "raised_at": facts.raised_at,
         "fingerprint": facts.fingerprint,
-        "attempts": int_field(fields, "dj_attempt", 0),
+        "attempts": min(max(int_field(fields, "dj_attempt", 0), 0), 2**31 - 1),  # any integer column
         "history": history,
-        "reason": failure.reason,
+        "reason": _storable_reason(failure.reason, clean),
         "first_failed_at": facts.first_failed_at or timezone.now(),
     }
 
@@ -182,7 +190,7 @@ def record(failure: Failure, fields: dict[str, bytes]) -> DeadLetter:
     clean = _Storable()
     job_id = _storable_id(failure.job_id, clean)
     defaults = _columns(failure, fields, clean)
-    poison = failure.reason in _POISON
+    poison = defaults["reason"] in _POISON
     defaults["raw"] = _snapshot({**fields, **clean.originals}) if poison or clean.originals else ""
     # A requeued job that died again points back at the entry it was requeued from.
     defaults["requeued_from"] = DeadLetter.objects.filter(requeued_job_id=job_id).only("pk").first()

@@ -96,8 +96,8 @@ def cron_runs_refused():
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
-                "CREATE FUNCTION djjobs_refuse() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$"
-                " LANGUAGE plpgsql"
+                "CREATE FUNCTION djjobs_refuse() RETURNS trigger"
+                " AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$ LANGUAGE plpgsql"
             )
             cursor.execute(
                 "CREATE TRIGGER djjobs_refuse BEFORE INSERT ON django_jobs_cronrun"

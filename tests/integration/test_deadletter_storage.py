@@ -83,7 +83,10 @@ def test_enormous_values_are_written_and_the_snapshot_says_what_was_cut():
     entry.refresh_from_db()
     assert len(entry.message) == deadletter.MESSAGE_CHARS and entry.job_name == "n" * 200
     blob = json.loads(entry.raw)["blob"]
-    assert blob["bytes"] == len(huge) and len(base64.b64decode(blob["base64"])) == deadletter.SNAPSHOT_VALUE_BYTES
+    assert (
+        blob["bytes"] == len(huge)
+        and len(base64.b64decode(blob["base64"])) == deadletter.SNAPSHOT_VALUE_BYTES
+    )
 
 
 def test_a_job_failing_with_nul_in_its_message_and_arguments_is_dead_lettered():
@@ -104,9 +107,14 @@ ANY_TEXT = st.text(st.characters(exclude_categories=()))  # NUL and lone surroga
     message=ANY_TEXT,
     fields=st.dictionaries(ANY_TEXT.filter(lambda t: len(t) <= 10), st.binary(max_size=50), max_size=4),
     data=st.binary(max_size=80),
+    reason=st.one_of(st.sampled_from(DeadLetter.Reason.values), ANY_TEXT),
+    attempt=st.integers(),
 )
-def test_any_failure_is_written(job_id, message, fields, data):
-    entry = deadletter.record(failure(job_id, message=message, exception=message[:400]), {**fields, "data": data})
+def test_any_failure_is_written(job_id, message, fields, data, reason, attempt):
+    planted = {**fields, "data": data, "dj_attempt": str(attempt).encode()}
+    entry = deadletter.record(
+        failure(job_id, message=message, exception=message[:400], reason=reason), planted
+    )
     assert DeadLetter.objects.filter(pk=entry.pk).exists()
     assert valid_job_id(entry.job_id)
     DeadLetter.objects.all().delete()

@@ -12,7 +12,6 @@ import logging
 
 import pytest
 
-from django_jobs.enqueue import Envelope
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import DYING, LEASES, LOST, Store, surrogate_id
 from django_jobs.testing import run_jobs
@@ -124,7 +123,12 @@ def test_lost_jobs_of_queues_served_elsewhere_do_not_hide_ours(redis_db):
 def dying_job(redis_db, job_id, **fields):
     redis_db.hset(
         f"rq:job:{job_id}",
-        mapping={"origin": "default", "data": '["tests.record",null,["k"],{}]', "dj_reason": "permanent", **fields},
+        mapping={
+            "origin": "default",
+            "data": '["tests.record",null,["k"],{}]',
+            "dj_reason": "permanent",
+            **fields,
+        },
     )
     redis_db.zadd(DYING, {job_id: 0})
 
@@ -168,9 +172,8 @@ def test_scheduled_ids_without_a_job_hash_do_not_stop_promotion(redis_db):
 
 
 def outbox_row(queue="default", key="k", **extra):
-    envelope = Envelope.from_row(OutboxEntry(id=f"{queue}{key}", job_name="tests.record", queue=queue,
-                                             data=json.dumps(["tests.record", None, [key], {}]), timeout=10))  # fmt: skip
-    row = envelope.row()
+    data = json.dumps(["tests.record", None, [key], {}])
+    row = OutboxEntry(id=f"{queue}{key}", job_name="tests.record", queue=queue, data=data, timeout=10)
     for name, value in extra.items():
         setattr(row, name, value)
     row.created_at = row.created_at.replace(year=2000)
