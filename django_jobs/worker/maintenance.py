@@ -130,12 +130,16 @@ def _raw_id(key: str, member: bytes) -> bytes:
     return member.rpartition(b":")[0] if key == LOST else member
 
 
+def _decoded(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise Unreadable(f"The {what} is not UTF-8.") from None
+
+
 def _job_id(raw: bytes) -> str:
     """The id as text, if it is one django_jobs could have made; otherwise the item is unreadable."""
-    try:
-        job_id = raw.decode()
-    except UnicodeDecodeError:
-        raise Unreadable("The job id is not UTF-8.") from None
+    job_id = _decoded(raw, "job id")
     if not valid_job_id(job_id):
         raise Unreadable("The job id breaks the id rule: letters, digits, _ and -, at most 64 characters.")
     return job_id
@@ -232,8 +236,9 @@ class Maintenance:
         except redis_errors.ResponseError as exc:  # not a hash: keep what Redis says about it
             return {"origin": b"", "redis_error": str(exc).encode()}
 
-    def _settle_lost(self, token: bytes) -> None:
-        job_id = _job_id(_raw_id(LOST, token))
+    def _settle_lost(self, member: bytes) -> None:
+        job_id = _job_id(_raw_id(LOST, member))
+        token = _decoded(member, "lease token")
         fields = self._fields(job_id)
         if not fields:
             raise Vanished("The job's hash is gone from Redis (evicted or deleted); nothing can run it.")
@@ -243,9 +248,9 @@ class Maintenance:
             )
         queue = to_text(fields["origin"])
         if queue not in self.queues:
-            self.store.defer(LOST, token, FOREIGN_AFTER)  # the runjobs serving that queue settles it
+            self.store.defer(LOST, member, FOREIGN_AFTER)  # the runjobs serving that queue settles it
             return
-        claimed = Claimed(queue, job_id, token.decode(), fields)
+        claimed = Claimed(queue, job_id, token, fields)
         outcome = execution.settle_failure(
             store=self.store, claimed=claimed, lost=True, exc=WorkerLost("The worker running this job died.")
         )
@@ -285,63 +290,62 @@ class Maintenance:
 
     def _relay(self, alias: str, cutoff: dt.datetime, batch: int) -> None:
         """The oldest rows of the queues whose Redis is not paused; learning of a Redis down, look again."""
+        now = time.monotonic()
+        skipped = {queue for queue, until in self.paused.items() if until > now}
         while True:
-            now = time.monotonic()
-            paused = [queue for queue, until in self.paused.items() if until > now]
             rows = list(
                 OutboxEntry.objects.using(alias)
                 .filter(created_at__lt=cutoff)
-                .exclude(queue__in=paused)
+                .exclude(queue__in=skipped)
                 .order_by("created_at")[:batch]
             )
-            if not rows or not self._relay_rows(alias, rows):
+            paused = self._relay_rows(alias, rows) if rows else set()
+            if not paused:
                 return
+            skipped |= paused  # grows every round, so the loop ends
 
-    def _relay_rows(self, alias: str, rows: list[OutboxEntry]) -> bool:
-        """Push rows grouped by Redis connection; True if a Redis was found down (and paused)."""
+    def _relay_rows(self, alias: str, rows: list[OutboxEntry]) -> set[str]:
+        """Push rows grouped by Redis connection; returns the queues whose Redis was down (now paused)."""
         groups: dict[str, list[tuple[OutboxEntry, Envelope]]] = {}
         for row in rows:
             try:  # an unknown queue, broken options, an id that breaks the rule: never pushable
                 envelope = Envelope.from_row(row)
                 groups.setdefault(connection_identity(row.queue), []).append((row, envelope))
             except Exception as exc:
-                _guarded(
-                    f"quarantining outbox row {row.pk!r}", partial(self._quarantine_row, alias, row, exc)
-                )
-        return any([self._relay_group(alias, group) for group in groups.values()])
+                self._quarantine_row_guarded(alias, row, exc)
+        return set().union(*(self._relay_group(alias, group) for group in groups.values()))
 
-    def _relay_group(self, alias: str, group: list[tuple[OutboxEntry, Envelope]]) -> bool:
-        store = Store.of(get_connection(group[0][1].queue))
+    def _relay_group(self, alias: str, group: list[tuple[OutboxEntry, Envelope]]) -> set[str]:
         try:
-            _push_rows(alias, store, group)
-            return False
+            _push_rows(alias, group)
+            return set()
         except Exception as exc:
             if transient(exc):
                 return self._pause(group, exc)
         for one in group:  # one bad row fails its batch: push them one by one to find it
             try:
-                _push_rows(alias, store, [one])
+                _push_rows(alias, [one])
             except Exception as exc:
                 if transient(exc):
                     return self._pause(group, exc)
                 if self.strikes.second(("outbox", to_bytes(one[0].pk)), exc):
-                    _guarded(
-                        f"quarantining outbox row {one[0].pk!r}",
-                        partial(self._quarantine_row, alias, one[0], exc),
-                    )
+                    self._quarantine_row_guarded(alias, one[0], exc)
                 else:
                     logger.warning("Outbox row %s failed to push (%s); retried once more.", one[0].pk, exc)
-        return False
+        return set()
 
-    def _pause(self, group: list[tuple[OutboxEntry, Envelope]], exc: Exception) -> bool:
-        queues = sorted({envelope.queue for _, envelope in group})
+    def _pause(self, group: list[tuple[OutboxEntry, Envelope]], exc: Exception) -> set[str]:
+        queues = {envelope.queue for _, envelope in group}
         self.paused.update(dict.fromkeys(queues, time.monotonic() + RELAY_PAUSE))
         logger.warning(
             "Outbox relay: Redis of queue(s) %s unavailable (%s); their rows wait, the others go on.",
-            ", ".join(queues),
+            ", ".join(sorted(queues)),
             exc,
         )
-        return True
+        return queues
+
+    def _quarantine_row_guarded(self, alias: str, row: OutboxEntry, exc: Exception) -> None:
+        _guarded(f"quarantining outbox row {row.pk!r}", partial(self._quarantine_row, alias, row, exc))
 
     def _quarantine_row(self, alias: str, row: OutboxEntry, exc: Exception) -> None:
         """A committed job that can never be pushed becomes a dead letter, then leaves the outbox."""
@@ -371,9 +375,9 @@ class Maintenance:
         alerts.flush(self.store.connection)
 
 
-def _push_rows(alias: str, store: Store, group: list[tuple[OutboxEntry, Envelope]]) -> None:
-    """Push rows to their Redis (a second push is a no-op), then drop them from the outbox."""
-    already = store.push([envelope for _, envelope in group])
+def _push_rows(alias: str, group: list[tuple[OutboxEntry, Envelope]]) -> None:
+    """Push rows of one Redis (a second push is a no-op), then drop them from the outbox."""
+    already = Store.of(get_connection(group[0][1].queue)).push([envelope for _, envelope in group])
     OutboxEntry.objects.using(alias).filter(pk__in=[row.pk for row, _ in group]).delete()
     if len(group) > len(already):
         logger.info("Outbox relay pushed %d job(s)", len(group) - len(already))
