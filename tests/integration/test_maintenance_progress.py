@@ -11,6 +11,8 @@ import json
 import logging
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import DYING, LEASES, LOST, Store, surrogate_id
@@ -224,3 +226,30 @@ def test_a_row_that_fails_twice_the_same_way_is_quarantined_and_others_go_on(red
     entry = DeadLetter.objects.get(job_id="emailsunique")
     assert entry.reason == DeadLetter.Reason.UNREADABLE and "WRONGTYPE" in entry.message
     assert not OutboxEntry.objects.exists()
+
+
+# --- fuzz: whatever LOST and DYING hold ------------------------------------------------------------
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ids=st.lists(st.binary(max_size=70), max_size=4, unique=True),
+    fields=st.dictionaries(st.binary(max_size=12), st.binary(max_size=40), max_size=4),
+    origin=st.sampled_from([b"default", b"\xff", None]),
+    data=st.sampled_from([b'["tests.record",null,["f"],{}]', b"\x00", b"[1e999, null]", None]),
+)
+def test_every_planted_item_is_settled_or_quarantined(redis_db, ids, fields, origin, data):
+    redis_db.flushdb()
+    planted = {**fields, **({b"origin": origin} if origin else {}), **({b"data": data} if data else {})}
+    for raw in ids:
+        if planted:
+            redis_db.hset(b"rq:job:" + raw, mapping=planted)
+        redis_db.zadd(LOST, {raw + b":n": 0})
+        redis_db.zadd(DYING, {raw: 0})
+    loop = maintenance(redis_db)
+    for _ in range(2):
+        loop.promote_and_reap()
+        loop.finish_dying()
+    assert redis_db.zcard(LOST) == 0
+    assert redis_db.zcard(DYING) == 0
+    DeadLetter.objects.all().delete()
