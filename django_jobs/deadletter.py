@@ -4,6 +4,7 @@ call these, so a change made from a terminal is the same change, checked and aud
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import hashlib
 import json
 import logging
@@ -177,8 +178,16 @@ def _columns(failure: Failure, fields: dict[str, bytes], clean: _Storable) -> di
         "attempts": min(max(int_field(fields, "dj_attempt", 0), 0), 2**31 - 1),  # any integer column
         "history": history,
         "reason": _storable_reason(failure.reason, clean),
-        "first_failed_at": facts.first_failed_at or timezone.now(),
+        "first_failed_at": _storable_time(facts.first_failed_at),
     }
+
+
+def _storable_time(when: dt.datetime | None) -> dt.datetime:
+    """A time read from the attempt history, if the database can hold it in UTC; else now."""
+    try:
+        return when.astimezone(dt.UTC) if when else timezone.now()
+    except (OverflowError, ValueError):  # e.g. year 1 at +14:00 is before year 1 in UTC
+        return timezone.now()
 
 
 def record(failure: Failure, fields: dict[str, bytes]) -> DeadLetter:

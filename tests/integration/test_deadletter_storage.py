@@ -41,6 +41,7 @@ def snapshot(entry):
 
 
 UNSTORABLE = "nul \x00 lone \udc80 \ud800 end"
+EARLY = "0001-01-01T00:00:00+14:00"  # before year 1 in UTC: no database column holds it
 
 
 def test_nul_and_lone_surrogates_everywhere_are_escaped_and_kept_in_the_snapshot():
@@ -51,7 +52,7 @@ def test_nul_and_lone_surrogates_everywhere_are_escaped_and_kept_in_the_snapshot
             exception=UNSTORABLE,
             message=UNSTORABLE,
             traceback=f'File "/x.py", line 1, in {UNSTORABLE}\n',
-            history=[{"attempt": 1, "message": UNSTORABLE}],
+            history=[{"attempt": 1, "message": UNSTORABLE, "at": EARLY}],
         ),
         fields,
     )
@@ -59,7 +60,7 @@ def test_nul_and_lone_surrogates_everywhere_are_escaped_and_kept_in_the_snapshot
     escaped = "nul \\x00 lone \\udc80 \\ud800 end"
     assert entry.message == escaped and entry.exception == escaped
     assert entry.args == [escaped, "nan"] and entry.kwargs == {escaped: escaped}
-    assert entry.history == [{"attempt": 1, "message": escaped}]
+    assert entry.history == [{"attempt": 1, "message": escaped, "at": EARLY}]
     raw = snapshot(entry)
     assert raw["data"] == data.encode()  # the arguments exactly as they were
     assert raw[b"odd\xff"] == b"\xff\x00\xfe"  # a field name and value that are not UTF-8
