@@ -48,7 +48,7 @@ _TRANSIENT = (
 )
 
 #: Seconds an item that failed waits before it is looked at again (it goes behind the others).
-RETRY_AFTER = {LOST: 5.0, DYING: 0.0}  # DYING: rescored to now, it waits out ``older_than`` again
+RETRY_SECONDS = 5.0
 #: Seconds a lost attempt of a queue this runjobs does not serve waits before this one looks again.
 FOREIGN_AFTER = 1.0
 #: Seconds the relay leaves a queue alone after its Redis failed to answer.
@@ -130,6 +130,11 @@ def _raw_id(key: str, member: bytes) -> bytes:
     return member.rpartition(b":")[0] if key == LOST else member
 
 
+def _dying_age() -> float:
+    """Past three leases, whoever was writing a dead job's row is gone (or the database was down)."""
+    return 3 * jobs_settings.LEASE_SECONDS
+
+
 def _decoded(raw: bytes, what: str) -> str:
     try:
         return raw.decode()
@@ -173,9 +178,15 @@ class Maintenance:
 
     def finish_dying(self) -> None:
         """Write the rows of dead jobs whose worker died (or whose DB was down) before writing them."""
-        # Past three leases, whoever was writing the row is gone (or the database was down).
-        for job_id in self.store.dying(older_than=3 * jobs_settings.LEASE_SECONDS):
+        for job_id in self.store.dying(older_than=_dying_age()):
             self._item(DYING, job_id, self._bury)
+
+    @staticmethod
+    def _retry_after(key: str) -> float:
+        """The score offset that brings a failed item back in ``RETRY_SECONDS``, behind the others.
+
+        A DYING member is looked at only once it is older than :func:`_dying_age`."""
+        return RETRY_SECONDS - (_dying_age() if key == DYING else 0.0)
 
     # --- one item of LOST or DYING ------------------------------------------------------------------
 
@@ -198,7 +209,7 @@ class Maintenance:
             logger.warning(
                 "%s item %r kept for later (%s)", key, member[:200], exc, exc_info=not transient(exc)
             )
-            _guarded(f"deferring {key} item", partial(self.store.defer, key, member, RETRY_AFTER[key]))
+            _guarded(f"deferring {key} item", partial(self.store.defer, key, member, self._retry_after(key)))
 
     def _failed(self, key: str, member: bytes, exc: Exception) -> None:
         """A service down: retry later. The same failure twice: the item itself is the problem."""
@@ -213,7 +224,7 @@ class Maintenance:
             exc,
             exc_info=not transient(exc),
         )
-        self.store.defer(key, member, RETRY_AFTER[key])
+        self.store.defer(key, member, self._retry_after(key))
 
     def _quarantine(self, key: str, member: bytes, exc: Exception) -> None:
         """Write the item's dead letter (reason from ``exc``), then remove it from ``key``."""

@@ -11,6 +11,7 @@ import json
 import logging
 
 import pytest
+import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -253,3 +254,20 @@ def test_every_planted_item_is_settled_or_quarantined(redis_db, ids, fields, ori
     assert redis_db.zcard(LOST) == 0
     assert redis_db.zcard(DYING) == 0
     DeadLetter.objects.all().delete()
+
+
+def test_a_redis_refusing_writes_keeps_rows_waiting_never_quarantined(private_redis):
+    client = redis.Redis.from_url(private_redis.url)
+    outbox_row("default", "full")
+    client.config_set("maxmemory", 1)  # every write is refused with OOM: Redis's problem, not the row's
+    loop = maintenance(client)
+    for _ in range(3):
+        loop.paused.clear()  # so no pause hides the row: it fails the same way every time
+        loop.relay_outbox()
+    assert list(OutboxEntry.objects.values_list("pk", flat=True)) == ["defaultfull"]
+    assert not DeadLetter.objects.exists()
+    client.config_set("maxmemory", 0)
+    loop.paused.clear()
+    loop.relay_outbox()
+    assert client.lrange("rq:queue:default", 0, -1) == [b"defaultfull"]
+    assert not OutboxEntry.objects.exists()
