@@ -79,7 +79,8 @@ class DeadLetter(models.Model):
         """Something a worker loop read from Redis (an id, a lease, a field) could not be handled;
         it was quarantined here with its raw data instead of blocking the loop."""
         VANISHED = "vanished", "vanished from Redis"
-        """The job's id was in a queue but its hash was gone (eviction, a deleted key); nothing was run."""
+        """The job's id was in a queue, a lease, the scheduled or the dying set, but its hash was gone
+        (eviction, a deleted key); nothing more can run."""
 
     job_id = models.CharField(max_length=64, unique=True)
     job_name = models.CharField(max_length=200, db_index=True)
