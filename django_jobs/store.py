@@ -517,9 +517,9 @@ class Store:
         """Record a failed attempt: retry after ``delay`` seconds (0: at the head of the queue now),
         or (``None``) start dead-lettering. ``lost``: the reaper already moved its lease to LOST."""
         source = LOST if lost else LEASES
-        return bool(
-            self._fail(keys=[source], args=[token, queue, -1 if delay is None else delay, *_flat(fields)])
-        )
+        # A message can hold lone surrogates (an exception quoting bad input): kept, not a crash.
+        values = [to_bytes(v) if isinstance(v, str) else v for v in _flat(fields)]
+        return bool(self._fail(keys=[source], args=[token, queue, -1 if delay is None else delay, *values]))
 
     def release(self, token: str, queue: str) -> bool:
         """Put a running job back at the head of its queue without spending an attempt."""

@@ -90,13 +90,14 @@ def test_enormous_values_are_written_and_the_snapshot_says_what_was_cut():
     )
 
 
-def test_a_job_failing_with_nul_in_its_message_and_arguments_is_dead_lettered():
-    handle = jobs.fails_with.enqueue("a \x00 b")
+@pytest.mark.parametrize(("argument", "escaped"), [("a \x00 b", "a \\x00 b"), ("a \udc80 b", "a \\udc80 b")])
+def test_a_job_failing_with_unstorable_text_in_its_message_and_arguments_is_dead_lettered(argument, escaped):
+    handle = jobs.fails_with.enqueue(argument)
     run_jobs()
     entry = DeadLetter.objects.get(job_id=handle.id)
-    assert entry.args == ["a \\x00 b"]
-    assert entry.message == "bad input: a \\x00 b"
-    assert json.loads(snapshot(entry)["data"])[2] == ["a \x00 b"]  # the original argument
+    assert entry.args == [escaped]
+    assert entry.message == f"bad input: {escaped}"
+    assert json.loads(snapshot(entry)["data"])[2] == [argument]  # the original argument
 
 
 ANY_TEXT = st.text(st.characters(exclude_categories=()))  # NUL and lone surrogates included
