@@ -257,7 +257,7 @@ class Maintenance:
             raise Unreadable(
                 f"The job hash names no queue: {_text(fields, 'redis_error', 'no origin field')}"
             )
-        queue = to_text(fields["origin"])
+        queue = _decoded(fields["origin"], "queue name in the job hash")
         if queue not in self.queues:
             self.store.defer(LOST, member, FOREIGN_AFTER)  # the runjobs serving that queue settles it
             return

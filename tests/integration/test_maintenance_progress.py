@@ -66,6 +66,7 @@ GARBAGE = {
     "not a hash": (b"strkey:n", ("set", b"rq:job:strkey", b"garbage")),
     "no origin": (b"orphan:n", ("hset", b"rq:job:orphan", b"status", b"started")),
     "nonce not UTF-8": (b"real:\xff", ("hset", b"rq:job:real", b"origin", b"default")),
+    "queue not UTF-8": (b"badq:n", ("hset", b"rq:job:badq", b"origin", b"\xff")),
 }
 
 
