@@ -12,6 +12,7 @@ django_jobs adds what RQ lacks:
 * ``djjobs:leases``      ``<id>:<token>`` scored by lease expiry (Redis server time). The token
   fences a stale attempt: once its lease is gone, its completion is refused.
 * ``djjobs:lost``        attempts whose worker died; the supervisor decides retry or dead letter.
+  Scored by when they are due to be looked at: an item a pass could not settle goes behind the others.
 * ``djjobs:dying``       jobs being dead-lettered; they leave only once the database row exists.
 * ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
 
@@ -22,7 +23,9 @@ of these structures, never in none.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +39,34 @@ QUEUES_SET = "rq:queues"
 LEASES = "djjobs:leases"
 LOST = "djjobs:lost"
 DYING = "djjobs:dying"
+
+
+#: What a job id may be: RQ's own rule (letters, digits, ``_`` and ``-``; rq.job.JOB_ID_PATTERN), at
+#: most 64 characters, the width of every job id column. Every id django_jobs makes is a uuid4 hex.
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def valid_job_id(value: str) -> bool:
+    return JOB_ID.fullmatch(value) is not None
+
+
+def surrogate_id(raw: bytes) -> str:
+    """A valid, stable id standing in for one that breaks :data:`JOB_ID`: the same raw id always gets
+    the same surrogate, so its dead letter is written once however often it is found."""
+    return "unreadable-" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+def to_text(raw: bytes) -> str:
+    """Bytes from Redis as text that never raises; :func:`to_bytes` gives the same bytes back."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def to_bytes(text: str) -> bytes:
+    """The bytes a :func:`to_text` string came from (other lone surrogates are kept as they are)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
 
 
 def queue_key(queue: str) -> str:
@@ -310,7 +341,8 @@ return gone
 """
 )
 
-# Move expired leases to LOST (worker died), and due scheduled jobs to their queues.
+# Move expired leases to LOST (worker died), and due scheduled jobs to their queues; a scheduled id
+# whose hash is gone or is not a hash moves to DYING, so it cannot stop promotion for everyone.
 # KEYS: queue names. ARGV[1]: batch size, ARGV[2]: enqueued_at of promoted jobs.
 # Returns {lost tokens moved, jobs promoted}.
 _MAINTAIN = (
@@ -327,28 +359,59 @@ for _, queue in ipairs(KEYS) do
   local sched = 'rq:scheduled:' .. queue
   local due = redis.call('ZRANGEBYSCORE', sched, '-inf', now, 'LIMIT', 0, ARGV[1])
   if #due > 0 then
+    local moved = 0
     for _, id in ipairs(due) do
-      redis.call('HSET', 'rq:job:' .. id, 'status', 'queued', 'enqueued_at', ARGV[2])
-      redis.call('RPUSH', 'rq:queue:' .. queue, id)
+      local key = 'rq:job:' .. id
+      if redis.call('TYPE', key)['ok'] == 'hash' then
+        redis.call('HSET', key, 'status', 'queued', 'enqueued_at', ARGV[2])
+        redis.call('RPUSH', 'rq:queue:' .. queue, id)
+        moved = moved + 1
+      else
+        -- its hash vanished, or the key is not a hash: dead-lettered from what is left, never queued
+        redis.call('ZADD', 'djjobs:dying', now, id)
+      end
     end
     redis.call('ZREM', sched, unpack(due))
-    redis.call('SADD', 'rq:queues', 'rq:queue:' .. queue)
-    redis.call('RPUSH', 'djjobs:wake:' .. queue, unpack(due))
-    redis.call('LTRIM', 'djjobs:wake:' .. queue, 0, 63)
-    promoted = promoted + #due
+    if moved > 0 then
+      redis.call('SADD', 'rq:queues', 'rq:queue:' .. queue)
+      for i = 1, math.min(moved, 64) do redis.call('RPUSH', 'djjobs:wake:' .. queue, 1) end
+      redis.call('LTRIM', 'djjobs:wake:' .. queue, 0, 63)
+    end
+    promoted = promoted + moved
   end
 end
 return {lost, promoted}
 """
 )
 
-# A dead letter's row exists: forget the job. ARGV: id, ttl for the job hash.
+# A dead letter's row exists: forget the item. KEYS[1]: the set it is in (DYING, or LOST when a
+# lost attempt was quarantined). ARGV: member, job id, ttl for the job hash, its queue or ''.
 _BURIED = """
-if redis.call('ZREM', 'djjobs:dying', ARGV[1]) == 1 then
-  redis.call('EXPIRE', 'rq:job:' .. ARGV[1], ARGV[2])
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  if redis.call('EXISTS', 'rq:job:' .. ARGV[2]) == 1 then
+    redis.call('EXPIRE', 'rq:job:' .. ARGV[2], ARGV[3])
+  end
+  if ARGV[4] ~= '' then redis.call('ZREM', 'rq:wip:' .. ARGV[4], ARGV[1]) end
 end
 return 1
 """
+
+# The members of KEYS[1] scored at most now - ARGV[1] seconds, oldest first, at most ARGV[2].
+_DUE = (
+    _NOW
+    + """
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LIMIT', 0, tonumber(ARGV[2]))
+"""
+)
+
+# Move one member of KEYS[1] behind the others: scored now + ARGV[2] seconds. XX: never resurrect one
+# that was settled meanwhile.
+_DEFER = (
+    _NOW
+    + """
+return redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+"""
+)
 
 
 class Pushable(Protocol):
@@ -419,6 +482,8 @@ class Store:
         self._heartbeat: Script = register(_HEARTBEAT)
         self._maintain: Script = register(_MAINTAIN)
         self._buried: Script = register(_BURIED)
+        self._due: Script = register(_DUE)
+        self._defer: Script = register(_DEFER)
 
     UNIQUE_TTL = 7 * 24 * 3600
 
@@ -495,9 +560,9 @@ class Store:
         """Record a failed attempt: retry after ``delay`` seconds (0: at the head of the queue now),
         or (``None``) start dead-lettering. ``lost``: the reaper already moved its lease to LOST."""
         source = LOST if lost else LEASES
-        return bool(
-            self._fail(keys=[source], args=[token, queue, -1 if delay is None else delay, *_flat(fields)])
-        )
+        # A message can hold lone surrogates (an exception quoting bad input): kept, not a crash.
+        values = [to_bytes(v) if isinstance(v, str) else v for v in _flat(fields)]
+        return bool(self._fail(keys=[source], args=[token, queue, -1 if delay is None else delay, *values]))
 
     def release(self, token: str, queue: str) -> bool:
         """Put a running job back at the head of its queue without spending an attempt."""
@@ -515,21 +580,30 @@ class Store:
         lost, promoted = self._maintain(keys=list(queues), args=[batch, stamp])
         return int(lost), int(promoted)
 
-    def lost_tokens(self, limit: int = 100) -> list[str]:
-        return [_text(t) for t in self.connection.zrange(LOST, 0, limit - 1)]
+    def lost_tokens(self, limit: int = 100) -> list[bytes]:
+        """Lost attempts due to be settled, as raw bytes: whatever was planted, the scan never fails."""
+        return list(self._due(keys=[LOST], args=[0, limit]))
 
-    def dying(self, older_than: float, limit: int = 100) -> list[str]:
-        """Jobs stuck between "dead" and "row written" for longer than ``older_than`` seconds."""
-        now_s, now_us = self.connection.time()
-        cutoff = now_s + now_us / 1e6 - older_than
-        return [_text(i) for i in self.connection.zrangebyscore(DYING, "-inf", cutoff, start=0, num=limit)]
+    def dying(self, older_than: float, limit: int = 100) -> list[bytes]:
+        """Jobs stuck between "dead" and "row written" for longer than ``older_than`` seconds (raw ids)."""
+        return list(self._due(keys=[DYING], args=[older_than, limit]))
+
+    def defer(self, key: str, member: bytes, seconds: float) -> None:
+        """Put one member of LOST or DYING behind the others, so a scan's head always moves on."""
+        self._defer(keys=[key], args=[member, seconds])
 
     def buried(self, job_id: str, ttl: int) -> None:
-        self._buried(args=[job_id, ttl])
+        self.settled(DYING, to_bytes(job_id), to_bytes(job_id), ttl)
 
-    def job_fields(self, job_id: str) -> dict[str, bytes]:
-        raw: dict[bytes, bytes] = self.connection.hgetall(job_key(job_id))  # type: ignore[assignment]
-        return {k.decode(): v for k, v in raw.items()}
+    def settled(self, key: str, member: bytes, job_id: bytes, ttl: int, queue: str = "") -> None:
+        """Drop a member of ``key`` whose dead letter is written; its job hash expires after ``ttl``."""
+        self._buried(keys=[key], args=[member, job_id, ttl, queue])
+
+    def job_fields(self, job_id: str | bytes) -> dict[str, bytes]:
+        """The job hash; field names that are not UTF-8 come back as :func:`to_text` strings."""
+        key = JOB_PREFIX.encode() + job_id if isinstance(job_id, bytes) else job_key(job_id)
+        raw: dict[bytes, bytes] = self.connection.hgetall(key)  # type: ignore[assignment]
+        return {to_text(k): v for k, v in raw.items()}
 
     def next_due(self, queues: Sequence[str]) -> float | None:
         """Seconds (in Redis time) until the first scheduled job of these queues is due; None if none."""

@@ -204,3 +204,12 @@ def hourly_quota(key: str) -> None:
 @job(name="tests.debounced", aliases=["tests.debounced_before_rename"], timeout=10, retry=FAST)
 def debounced(key: str) -> None:
     SideEffect.objects.create(key=key)
+
+
+# --- maintenance loops and dead-letter storage ------------------------------------------------
+
+
+@job(name="tests.fails_with", timeout=10, retry=FAST)
+def fails_with(value: str) -> None:
+    """Dead-letters at once with its argument in the message (NUL and all)."""
+    raise PermanentError(f"bad input: {value}")
