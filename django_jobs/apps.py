@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from importlib import import_module
+
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 
@@ -9,9 +11,17 @@ class DjangoJobsConfig(AppConfig):
     verbose_name = "Jobs"
     default_auto_field = "django.db.models.BigAutoField"
 
+    #: Names of the jobs registered once start-up imported the job modules: the jobs runjobs knows.
+    #: A job registered later (by a view's import, say) is one the worker would dead-letter.
+    discovered: frozenset[str] = frozenset()
+
     def ready(self) -> None:
-        from . import chains, checks, collectors  # noqa: F401  checks and chains register on import
+        from . import chains, checks, collectors, registry  # noqa: F401  checks and chains register on import
+        from .conf import jobs_settings
 
         collectors.register()  # the queue and dead-letter gauges join django-prometheus's /metrics
 
         autodiscover_modules("jobs")
+        for module in jobs_settings.IMPORT_MODULES:
+            import_module(module)
+        self.discovered = frozenset(job.name for job in registry.all_jobs())

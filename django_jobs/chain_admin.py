@@ -55,6 +55,13 @@ class ChainAdmin(_Base):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # chains start from code: job.start(...)
 
+    def has_change_permission(self, request: HttpRequest, obj: Chain | None = None) -> bool:
+        return False  # every field is read-only: a "View chain" page without Save buttons
+
+    def has_manage_permission(self, request: HttpRequest) -> bool:
+        """Pausing, resuming and cancelling a chain needs Django's "Can change chain" permission."""
+        return request.user.has_perm(f"{self.opts.app_label}.change_chain")
+
     def _act(self, request: HttpRequest, queryset: QuerySet[Chain], verb: str) -> None:
         action, done = {"pause": (chains.pause, "Paused"), "resume": (chains.resume, "Resumed"),
                         "cancel": (chains.cancel, "Cancelled")}[verb]  # fmt: skip
@@ -63,14 +70,14 @@ class ChainAdmin(_Base):
             self.log_change(request, chain, f"{done} the chain")
         self.message_user(request, f"{done} {len(changed)} chain(s).", messages.SUCCESS)
 
-    @admin.action(description="Pause selected chains", permissions=["change"])
+    @admin.action(description="Pause selected chains", permissions=["manage"])
     def pause(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
         self._act(request, queryset, "pause")
 
-    @admin.action(description="Resume selected chains", permissions=["change"])
+    @admin.action(description="Resume selected chains", permissions=["manage"])
     def resume(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
         self._act(request, queryset, "resume")
 
-    @admin.action(description="Cancel selected chains", permissions=["change"])
+    @admin.action(description="Cancel selected chains", permissions=["manage"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Chain]) -> None:
         self._act(request, queryset, "cancel")

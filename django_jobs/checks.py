@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from typing import Any
 
 from croniter import croniter
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.urls import get_resolver
 from django.utils.module_loading import import_string
 from rq.serializers import JSONSerializer, resolve_serializer
 
@@ -231,3 +233,35 @@ def _database_problems() -> list[CheckMessage]:
 @register()
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     return [*_queue_problems(), *_jobs_setting_problems(), *_database_problems()]
+
+
+def _startup_modules() -> list[str]:
+    """The job modules runjobs imports at start-up (their submodules count too)."""
+    return [*(f"{config.name}.jobs" for config in apps.get_app_configs()), *jobs_settings.IMPORT_MODULES]
+
+
+def _known_to_workers(definition: registry.Job[Any, Any], discovered: frozenset[str]) -> bool:
+    module = definition.func.__module__
+    prefixes = _startup_modules()
+    return definition.name in discovered or any(module == p or module.startswith(f"{p}.") for p in prefixes)
+
+
+@register()
+def check_job_modules(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """A job the web process registered but runjobs never imports is dead-lettered as unregistered."""
+    with contextlib.suppress(Exception):  # views import job modules; a broken URLconf is Django's to report
+        get_resolver().url_patterns  # noqa: B018  imported for its side effect
+    discovered: frozenset[str] = getattr(apps.get_app_config("django_jobs"), "discovered", frozenset())
+    return [
+        Warning(
+            f"Job {definition.name!r} is defined in {definition.func.__module__}, which is not among the "
+            "modules runjobs imports at start-up (installed apps' jobs modules and JOBS['IMPORT_MODULES']): "
+            "a worker that has not happened to import it dead-letters the job as unregistered.",
+            hint=f"Move it to an installed app's jobs.py (or a module jobs.py imports), or add "
+            f"{definition.func.__module__!r} to JOBS['IMPORT_MODULES'].",
+            obj=definition.func,
+            id="django_jobs.W004",
+        )
+        for definition in registry.all_jobs()
+        if not _known_to_workers(definition, discovered)
+    ]

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
     from .policy import RetryPolicy
@@ -48,6 +49,9 @@ DEFAULTS: dict[str, Any] = {
     # redact(data, *, job_name) -> data (or its dotted path), applied to payloads before the admin or
     # the deadletters command shows them.
     "REDACT": "django_jobs.redaction.mask_secrets",
+    # Modules that define jobs outside an installed app's jobs.py, imported at start-up with the
+    # jobs modules, so runjobs knows every job the web process can enqueue.
+    "IMPORT_MODULES": [],
 }
 
 
@@ -129,6 +133,16 @@ class JobsSettings:
     def REDACT(self) -> str | Callable[..., Any]:
         hook: str | Callable[..., Any] = self.get("REDACT")
         return hook
+
+    @property
+    def IMPORT_MODULES(self) -> list[str]:
+        modules = self.get("IMPORT_MODULES")
+        if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
+            # Read at start-up, before any system check could report it: say what is wrong right here.
+            raise ImproperlyConfigured(
+                f"JOBS['IMPORT_MODULES'] must be a list of module paths, got {modules!r}."
+            )
+        return list(modules)
 
     @staticmethod
     def unknown_keys() -> list[tuple[str, str | None]]:

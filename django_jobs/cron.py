@@ -16,6 +16,8 @@ import datetime as dt
 import logging
 import math
 import os
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,33 +60,67 @@ def schedules() -> list[Schedule]:
     return found
 
 
+# Release a period's lock, if this scheduler still holds it. KEYS[1]: the lock; ARGV[1]: its token.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 class Scheduler:
-    """One ``runjobs``' view of the schedules; it remembers the periods it has seen to, nothing more."""
+    """One ``runjobs``' view of the schedules; it remembers the periods it has seen to, nothing more.
+
+    A period whose firing failed (database or Redis down) is not marked seen: it is fired on a
+    later tick, at most every ``RETRY_SECONDS``, and each failure is logged at ERROR.
+    """
+
+    RETRY_SECONDS = 5.0
 
     def __init__(self, connection: Redis) -> None:
         self.connection = connection
         self.seen: dict[str, dt.datetime] = {}
+        self.retry_at: dict[str, float] = {}  # job name -> monotonic time its failed period is retried
+        self.token = f"{os.getpid()}:{uuid.uuid4().hex}"
+        self._release = connection.register_script(_RELEASE)
 
     def tick(self, now: dt.datetime | None = None) -> int:
         """Fire every period that is due and not fired yet; returns how many this call fired."""
         now = now or timezone.localtime()
         fired = 0
         for schedule in schedules():
+            name = schedule.job.name
             start, end = schedule.period(now)
-            if self.seen.get(schedule.job.name) == start:
+            if self.seen.get(name) == start or self.retry_at.get(name, 0.0) > time.monotonic():
                 continue
             # "skip": a period that started over a minute ago (no scheduler was up) is not run late.
             late = (now - start).total_seconds() > min(60.0, (end - start).total_seconds())
             if not (schedule.catch_up == "skip" and late):
-                fired += self._fire(schedule, start, end)
-            self.seen[schedule.job.name] = start
+                try:
+                    fired += self._fire(schedule, start, end)
+                except Exception:
+                    self.retry_at[name] = time.monotonic() + self.RETRY_SECONDS
+                    logger.exception(
+                        "Could not fire %s for the period starting %s; retrying in %g s.",
+                        name,
+                        start.isoformat(),
+                        self.RETRY_SECONDS,
+                    )
+                    continue
+            self.seen[name] = start
+            self.retry_at.pop(name, None)
         return fired
 
     def _fire(self, schedule: Schedule, start: dt.datetime, deadline: dt.datetime) -> int:
+        """Take the period's lock (or find it already ours from a failed try), then write the run.
+
+        If the database part fails the lock is released, so this or another scheduler fires the
+        period later; the ``CronRun`` row, unique per period, is what stops a double fire.
+        """
         name = schedule.job.name
+        lock = f"djjobs:cron:{name}:{int(start.timestamp())}"
         ttl = max(60, math.ceil(2 * (deadline - start).total_seconds()))
-        if not self.connection.set(
-            f"djjobs:cron:{name}:{int(start.timestamp())}", os.getpid(), nx=True, ex=ttl
+        if not self.connection.set(lock, self.token, nx=True, ex=ttl) and self.connection.get(lock) != (
+            self.token.encode()
         ):
             return 0
         try:
@@ -92,8 +128,14 @@ class Scheduler:
                 run = CronRun.objects.create(name=name, scheduled_for=start, deadline=deadline)
                 handle = enqueue_calls(schedule.job, [((), {})], options=Options(cron_run=run.pk))[0]
                 CronRun.objects.filter(pk=run.pk).update(job_id=handle.id)
-        except IntegrityError:
-            return 0  # fired already: the Redis lock was lost (failover) but the row was not
+        except Exception as exc:
+            if (
+                isinstance(exc, IntegrityError)
+                and CronRun.objects.filter(name=name, scheduled_for=start).exists()
+            ):
+                return 0  # fired already: the Redis lock was lost (failover) but the row was not
+            self._release(keys=[lock], args=[self.token])
+            raise
         logger.info("Fired %s for the period starting %s", name, start.isoformat())
         return 1
 

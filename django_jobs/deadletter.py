@@ -3,8 +3,12 @@ call these, so a change made from a terminal is the same change, checked and aud
 
 from __future__ import annotations
 
+import base64
+import datetime as dt
+import hashlib
 import json
 import logging
+import math
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,7 +26,7 @@ from .enqueue import Options, build, deliver
 from .exceptions import JobNotFound, PayloadError
 from .models import DeadLetter
 from .signals import job_dead_lettered
-from .store import Store, int_field
+from .store import Store, int_field, surrogate_id, to_bytes, to_text, valid_job_id
 from .triage import triage
 
 logger = logging.getLogger("django_jobs.deadletter")
@@ -47,47 +51,163 @@ class Failure:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
+#: Bytes of one value the raw snapshot keeps; longer values keep this much, their size and SHA-256.
+SNAPSHOT_VALUE_BYTES = 1024 * 1024
+#: Characters of a message and of a traceback (its end) kept in their columns; the snapshot keeps more.
+MESSAGE_CHARS, TRACEBACK_CHARS = 20_000, 100_000
+
+
+def _snapshot_value(value: bytes) -> str | dict[str, Any]:
+    if len(value) <= SNAPSHOT_VALUE_BYTES:
+        try:
+            return value.decode()
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(value).decode()}
+    head = base64.b64encode(value[:SNAPSHOT_VALUE_BYTES]).decode()
+    return {"base64": head, "bytes": len(value), "sha256": hashlib.sha256(value).hexdigest()}
+
+
 def _snapshot(fields: dict[str, bytes]) -> str:
-    return json.dumps({k: v.decode(errors="replace") for k, v in fields.items()}, indent=1)[:100_000]
+    """The fields as JSON any database stores (pure ASCII): UTF-8 values as text, other bytes as
+    base64, and a field name that is not UTF-8 escaped, with its exact bytes in ``name_base64``."""
+    shown: dict[str, Any] = {}
+    for name, value in fields.items():
+        raw_name = to_bytes(name)
+        try:
+            shown[raw_name.decode()] = _snapshot_value(value)
+        except UnicodeDecodeError:
+            entry = _snapshot_value(value)
+            entry = entry if isinstance(entry, dict) else {"base64": base64.b64encode(value).decode()}
+            shown[raw_name.decode(errors="backslashreplace")] = {
+                **entry,
+                "name_base64": base64.b64encode(raw_name).decode(),
+            }
+    return json.dumps(shown, indent=1)
 
 
-_POISON = (DeadLetter.Reason.UNDECODABLE, DeadLetter.Reason.UNREGISTERED)
+def _escape(text: str) -> str:
+    """Text any database stores: NUL and lone surrogates (PostgreSQL refuses both) as backslash escapes."""
+    return text.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
+
+
+class _Storable:
+    """Makes a failure's values storable, remembering the original of each value it had to change."""
+
+    def __init__(self) -> None:
+        self.originals: dict[str, bytes] = {}
+
+    def text(self, column: str, value: str, limit: int, *, tail: bool = False) -> str:
+        clean = _escape(value)
+        clean = clean[-limit:] if tail else clean[:limit]
+        if clean != value:
+            self.originals[f"djjobs:original {column}"] = to_bytes(value)
+        return clean
+
+    def json(self, column: str, value: Any, original: bytes) -> Any:
+        try:
+            clean = _json_safe(value)
+        except RecursionError:
+            clean = type(value)()
+        if clean != value:
+            self.originals[f"djjobs:original {column}"] = original
+        return clean
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON that PostgreSQL's jsonb accepts: escaped strings, non-finite numbers as text."""
+    if isinstance(value, str):
+        return _escape(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, dict):
+        return {_escape(str(key)): _json_safe(item) for key, item in value.items()}
+    return value
+
+
+_POISON = (
+    DeadLetter.Reason.UNDECODABLE,
+    DeadLetter.Reason.UNREGISTERED,
+    DeadLetter.Reason.UNREADABLE,
+    DeadLetter.Reason.VANISHED,
+)
 
 
 def _payload_parts(fields: dict[str, bytes]) -> tuple[str, list[Any], dict[str, Any]]:
     try:
         return payload.loads_tagged(fields.get("data", b""))
     except PayloadError:
-        return fields.get("description", b"(unknown)").decode(errors="replace"), [], {}
+        # RQ's description is the call with its arguments' repr: keep the name, never the arguments
+        return to_text(fields.get("description", b"(unknown)")).partition("(")[0] or "(unknown)", [], {}
+
+
+def _storable_id(job_id: str, clean: _Storable) -> str:
+    """The id to file the row under: the job's own, or a stable surrogate if it breaks the id rule."""
+    if valid_job_id(job_id):
+        return job_id
+    clean.originals["djjobs:original job_id"] = to_bytes(job_id)
+    return surrogate_id(to_bytes(job_id))
+
+
+def _storable_reason(reason: str, clean: _Storable) -> str:
+    """A reason read back from a job hash may be anything; one that is not a choice is unreadable."""
+    if reason in DeadLetter.Reason.values:
+        return reason
+    clean.originals["djjobs:original reason"] = to_bytes(reason)
+    return DeadLetter.Reason.UNREADABLE
+
+
+def _columns(failure: Failure, fields: dict[str, bytes], clean: _Storable) -> dict[str, Any]:
+    name, args, kwargs = _payload_parts(fields)
+    data = fields.get("data", b"")
+    name = clean.text("job_name", name, 200)
+    exception = clean.text("exception", failure.exception, 300)
+    traceback = clean.text("traceback", failure.traceback, TRACEBACK_CHARS, tail=True)
+    history = clean.json("history", failure.history, to_bytes(json.dumps(failure.history, default=str)))
+    facts = triage(name, exception, traceback, history)
+    return {
+        "job_name": name,
+        "queue": clean.text("queue", failure.queue, 100),
+        "args": clean.json("args", args, data),
+        "kwargs": clean.json("kwargs", kwargs, data),
+        "exception": exception,
+        "message": clean.text("message", failure.message, MESSAGE_CHARS),
+        "traceback": traceback,
+        "raised_at": facts.raised_at,
+        "fingerprint": facts.fingerprint,
+        "attempts": min(max(int_field(fields, "dj_attempt", 0), 0), 2**31 - 1),  # any integer column
+        "history": history,
+        "reason": _storable_reason(failure.reason, clean),
+        "first_failed_at": _storable_time(facts.first_failed_at),
+    }
+
+
+def _storable_time(when: dt.datetime | None) -> dt.datetime:
+    """A time read from the attempt history, if the database can hold it in UTC; else now."""
+    try:
+        return when.astimezone(dt.UTC) if when else timezone.now()
+    except (OverflowError, ValueError):  # e.g. year 1 at +14:00 is before year 1 in UTC
+        return timezone.now()
 
 
 def record(failure: Failure, fields: dict[str, bytes]) -> DeadLetter:
-    """Write the DeadLetter row (once per job id), then fire the signal and the alert hooks."""
-    name, args, kwargs = _payload_parts(fields)
-    exception = failure.exception[:300]
-    facts = triage(name[:200], exception, failure.traceback, failure.history)
-    defaults = {
-        "job_name": name[:200],
-        "queue": failure.queue[:100],
-        "args": args,
-        "kwargs": kwargs,
-        "raw": _snapshot(fields) if failure.reason in _POISON else "",
-        "exception": exception,
-        "message": failure.message,
-        "traceback": failure.traceback,
-        "raised_at": facts.raised_at,
-        "fingerprint": facts.fingerprint,
-        "attempts": int_field(fields, "dj_attempt", 0),
-        "history": failure.history,
-        "reason": failure.reason,
-        "first_failed_at": facts.first_failed_at or timezone.now(),
-        # A requeued job that died again points back at the entry it was requeued from.
-        "requeued_from": DeadLetter.objects.filter(requeued_job_id=failure.job_id).only("pk").first(),
-    }
+    """Write the DeadLetter row (once per job id), then fire the signal and the alert hooks.
+
+    Whatever the id, arguments, texts or hash hold, the row can be written: what no database can
+    store is escaped in its column, and the originals are kept in the raw snapshot.
+    """
+    clean = _Storable()
+    job_id = _storable_id(failure.job_id, clean)
+    defaults = _columns(failure, fields, clean)
+    poison = defaults["reason"] in _POISON
+    defaults["raw"] = _snapshot({**fields, **clean.originals}) if poison or clean.originals else ""
+    # A requeued job that died again points back at the entry it was requeued from.
+    defaults["requeued_from"] = DeadLetter.objects.filter(requeued_job_id=job_id).only("pk").first()
     try:
-        entry, created = DeadLetter.objects.get_or_create(job_id=failure.job_id, defaults=defaults)
+        entry, created = DeadLetter.objects.get_or_create(job_id=job_id, defaults=defaults)
     except IntegrityError:  # a concurrent writer of the same job id won the race
-        entry, created = DeadLetter.objects.get(job_id=failure.job_id), False
+        entry, created = DeadLetter.objects.get(job_id=job_id), False
     if created:
         job_dead_lettered.send(sender=entry.job_name, dead_letter=entry)
         alerts.fire(entry)
@@ -98,6 +218,26 @@ def bury(store: Store, failure: Failure, fields: dict[str, bytes]) -> DeadLetter
     """Record the row, then release the job from Redis's ``dying`` set; a DB outage leaves it there."""
     entry = record(failure, fields)
     store.buried(failure.job_id, jobs_settings.FINISHED_TTL)
+    return entry
+
+
+def quarantine(failure: Failure, fields: dict[str, bytes], *, source: str, member: bytes) -> DeadLetter:
+    """Record an item a maintenance loop cannot handle, with its raw data, so the loop can drop it.
+
+    ``source`` names the Redis structure or table it came from and ``member`` is the item exactly
+    as found there; both go into the snapshot. The caller removes the item once this returns.
+    """
+    snapshot = {**fields, "djjobs:source": source.encode(), "djjobs:member": member}
+    entry = record(failure, snapshot)
+    logger.warning(
+        "Quarantined %s item %r as dead letter %s (job id %s, reason %s): %s",
+        source,
+        member[:200],
+        entry.pk,
+        entry.job_id,
+        failure.reason,
+        failure.message[:500],
+    )
     return entry
 
 

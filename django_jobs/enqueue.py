@@ -31,7 +31,7 @@ from .connections import get_connection, queue_config
 from .exceptions import TransactionAmbiguous
 from .models import OutboxEntry
 from .signals import job_enqueued
-from .store import Store, rq_timestamp
+from .store import Store, rq_timestamp, valid_job_id
 
 if TYPE_CHECKING:
     from .registry import Job
@@ -64,6 +64,13 @@ class Envelope:
     unique_key: str = ""
     debounce: float = 0.0
     cron_run: int | None = None
+
+    def __post_init__(self) -> None:
+        # Every id is made here or read back from an outbox row: refuse one that breaks the id rule.
+        if not valid_job_id(self.id):
+            raise ValueError(
+                f"Job id {self.id[:100]!r} is not valid: letters, digits, _ and -, 1 to 64 of them."
+            )
 
     def fields(self) -> dict[str, Any]:
         stamp = rq_timestamp(self.created_at)

@@ -16,6 +16,10 @@ class PayloadError(JobsError, TypeError):
     """The job's arguments cannot travel as JSON: pass IDs and plain values, not objects."""
 
 
+class PayloadTooLarge(PayloadError):
+    """The job's data inflates past ``JOBS["MAX_PAYLOAD_BYTES"]``: it was not decoded."""
+
+
 class PermanentError(JobsError):
     """Raise from a job to skip the remaining retries and dead-letter it at once."""
 

@@ -20,7 +20,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.dispatch import Signal
 
 from . import cron, deadletter, metrics, payload, registry, stats
-from .exceptions import JobNotFound, JobTimeout, PayloadError, WorkerLost
+from .exceptions import JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
 from .logs import exception_path, exception_text, exception_traceback
 from .logs import log_outcome as log_outcome  # re-exported: callers that log an outcome themselves
 from .models import DeadLetter
@@ -56,9 +56,11 @@ class Failed:
 def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, Any] | None) -> Failed:
     path, message, text = exception_path(exc), exception_text(exc), exception_traceback(exc)
     if definition is None:
-        reason = (
-            DeadLetter.Reason.UNREGISTERED if isinstance(exc, JobNotFound) else DeadLetter.Reason.UNDECODABLE
-        )
+        reason = DeadLetter.Reason.UNDECODABLE
+        if isinstance(exc, JobNotFound):
+            reason = DeadLetter.Reason.UNREGISTERED
+        elif isinstance(exc, PayloadTooLarge):  # a decompression bomb: quarantined, never inflated
+            reason = DeadLetter.Reason.UNREADABLE
         return Failed(path, message, text, Verdict.DEAD, reason, exc)
     verdict = classify(exc, attempt=claimed.attempt, policy=definition.policy, permanent=definition.permanent)
     exhausted = claimed.attempt >= definition.policy.max_attempts

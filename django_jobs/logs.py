@@ -13,6 +13,8 @@ import logging
 import traceback
 from typing import Any
 
+from redis import Redis
+
 from .conf import jobs_settings
 from .store import Claimed
 
@@ -90,3 +92,45 @@ def log_outcome(
         # An exception the logging formatter cannot format would cost the whole line.
         readable = exc is None or _formatted(exc) is not None
         logger.log(level, message, extra=fields, exc_info=exc if readable else None)
+
+
+#: What ``runjobs`` prints when the project configured no logging for it: time, level, process, message.
+CONSOLE_FORMAT = "%(asctime)s %(levelname)s [%(process)d] %(message)s"
+_VERBOSITY = {0: logging.WARNING, 1: logging.INFO}
+
+
+def console_defaults(verbosity: int) -> bool:
+    """Print django_jobs' logs to stderr, as ``rqworker`` and ``celery worker`` do, unless the project
+    configured logging for django_jobs or the root logger itself; returns whether it did.
+
+    Without this a fresh project (no ``LOGGING``) sees only warnings: Python's last-resort handler
+    drops the start-up line and every ``outcome=success``. ``verbosity`` is ``runjobs -v``: 0 warnings
+    and errors only, 1 (the default) the INFO lines too, 2 and more DEBUG as well.
+    """
+    if _configured():
+        return False
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(CONSOLE_FORMAT))
+    package = logging.getLogger("django_jobs")
+    package.addHandler(handler)
+    package.setLevel(_VERBOSITY.get(verbosity, logging.DEBUG))
+    return True
+
+
+def _configured() -> bool:
+    """Whether the root logger or any django_jobs logger has a handler or a level of its own."""
+    if logging.getLogger().handlers:
+        return True
+    loggers = logging.Logger.manager.loggerDict
+    return any(
+        isinstance(found, logging.Logger) and (found.handlers or found.level != logging.NOTSET)
+        for name, found in loggers.items()
+        if name == "django_jobs" or name.startswith("django_jobs.")
+    )
+
+
+def redis_location(connection: Redis) -> str:
+    """``host:port/db`` (or the socket path) of a client, for the start-up line; never the password."""
+    kwargs = connection.connection_pool.connection_kwargs
+    where = kwargs.get("path") or f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+    return f"{where}/{kwargs.get('db', 0)}"

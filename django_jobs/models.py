@@ -46,6 +46,12 @@ class DeadLetterQuerySet(models.QuerySet["DeadLetter"]):
     def open(self) -> DeadLetterQuerySet:
         return self.filter(status=DeadLetter.Status.OPEN)
 
+    def quarantined(self) -> DeadLetterQuerySet:
+        """Items the worker's loops set aside (reason ``unreadable``) and jobs whose hash vanished
+        (``vanished``): each one is something in Redis that no job run explains. Count them per
+        reason with ``.open().quarantined().values("reason").annotate(n=Count("pk"))``."""
+        return self.filter(reason__in=(DeadLetter.Reason.UNREADABLE, DeadLetter.Reason.VANISHED))
+
 
 class DeadLetter(models.Model):
     """A job that will not be retried any more: the durable record an operator acts on."""
@@ -73,7 +79,8 @@ class DeadLetter(models.Model):
         """Something a worker loop read from Redis (an id, a lease, a field) could not be handled;
         it was quarantined here with its raw data instead of blocking the loop."""
         VANISHED = "vanished", "vanished from Redis"
-        """The job's id was in a queue but its hash was gone (eviction, a deleted key); nothing was run."""
+        """The job's id was in a queue, a lease, the scheduled or the dying set, but its hash was gone
+        (eviction, a deleted key); nothing more can run."""
 
     job_id = models.CharField(max_length=64, unique=True)
     job_name = models.CharField(max_length=200, db_index=True)
@@ -121,6 +128,7 @@ class DeadLetter(models.Model):
             models.Index(fields=["exception"], name="djjobs_dl_exception"),
             models.Index(fields=["fingerprint"], name="djjobs_dl_fingerprint"),
             models.Index(fields=["queue"], name="djjobs_dl_queue"),
+            models.Index(fields=["reason", "status"], name="djjobs_dl_reason_status"),
         ]
         permissions = [
             ("view_deadletter_payload", "Can view dead-letter payloads"),

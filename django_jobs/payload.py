@@ -12,6 +12,7 @@ import datetime as dt
 import io
 import json
 import math
+import re
 import uuid
 import zlib
 import zoneinfo
@@ -22,7 +23,8 @@ from typing import Any
 from django.core.files import File
 from django.db.models import Model, QuerySet
 
-from .exceptions import PayloadError
+from .conf import jobs_settings
+from .exceptions import PayloadError, PayloadTooLarge
 
 TAG = "__t"
 
@@ -76,11 +78,11 @@ def _encode_dict(value: dict[Any, Any], where: str) -> dict[str, Any]:
 
 
 def _advice(value: Any) -> str:
+    # The class name comes after a colon or "type", never after an article: "a Invoice" reads wrong.
     kind = type(value).__name__
     if isinstance(value, Model):
-        return (
-            f"is a {kind} model instance; pass its primary key ({kind.lower()}.pk) and fetch it in the job."
-        )
+        variable = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", kind).lower()
+        return f"is a model instance ({kind}); pass its primary key ({variable}.pk) and fetch it in the job."
     if isinstance(value, QuerySet):
         return "is a QuerySet; pass a list of primary keys (list(qs.values_list('pk', flat=True)))."
     if isinstance(value, File | io.IOBase):
@@ -91,7 +93,7 @@ def _advice(value: Any) -> str:
         return "is bytes; pass text (for example base64) or store it and pass a key."
     if isinstance(value, set | frozenset):
         return "is a set; pass a sorted list."
-    return f"is a {kind}, which is not JSON; pass an ID or a plain value."
+    return f"is of type {kind}, which is not JSON; pass an ID or a plain value."
 
 
 def encode(args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -113,10 +115,7 @@ def dumps(job_name: str, args: list[Any], kwargs: dict[str, Any], limit: int) ->
     return raw
 
 
-def _decode_hook(obj: dict[str, Any]) -> Any:
-    tag = obj.get(TAG)
-    if tag is None:
-        return obj
+def _decode_tagged(tag: str, obj: dict[str, Any]) -> Any:
     value = obj["v"]
     if tag == "uuid":
         return uuid.UUID(value)
@@ -130,10 +129,36 @@ def _decode_hook(obj: dict[str, Any]) -> Any:
     raise ValueError(f"unknown payload tag {tag!r}")
 
 
-def _parse(data: bytes | str, hook: Any) -> tuple[str, list[Any], dict[str, Any]]:
+def _decode_hook(obj: dict[str, Any]) -> Any:
+    tag = obj.get(TAG)
+    if tag is None:
+        return obj
     try:
-        if isinstance(data, bytes) and data[:1] != b"[":
-            data = zlib.decompress(data)  # RQ compresses the data it writes; we write it plain
+        return _decode_tagged(tag, obj)
+    except Exception as exc:
+        # not the decoder's message: it can quote the value, and the value can be a secret
+        raise ValueError(f"a {str(tag)[:40]!r} value does not decode ({type(exc).__name__})") from None
+
+
+def inflate(data: bytes) -> bytes:
+    """Decompress RQ's zlib ``data`` without ever holding more than ``JOBS["MAX_PAYLOAD_BYTES"]`` + 1
+    bytes: a small compressed field can inflate to gigabytes, in every process that reads it."""
+    limit = max(jobs_settings.MAX_PAYLOAD_BYTES, 0)  # max_length=0 would mean "no limit" to zlib
+    try:
+        inflated = zlib.decompressobj().decompress(data, limit + 1)
+    except zlib.error as exc:
+        raise PayloadError(f"Job data is neither JSON nor zlib: {exc}") from exc
+    if len(inflated) > limit:
+        raise PayloadTooLarge(
+            f"Job data inflates to more than JOBS['MAX_PAYLOAD_BYTES'] ({limit} bytes); it was not decoded."
+        )
+    return inflated
+
+
+def _parse(data: bytes | str, hook: Any) -> tuple[str, list[Any], dict[str, Any]]:
+    if isinstance(data, bytes) and data[:1] != b"[":
+        data = inflate(data)  # RQ compresses the data it writes; we write it plain
+    try:
         name, _instance, args, kwargs = json.loads(data, object_hook=hook)
     except Exception as exc:
         raise PayloadError(f"Job data is not a django_jobs JSON payload: {exc}") from exc

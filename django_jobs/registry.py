@@ -172,9 +172,14 @@ def _check_cron(name: str, fn: Callable[..., Any], cron: object, catch_up: str) 
 
 
 def limits_json() -> str:
-    """The concurrency and rate limits of every registered name, as the claim script reads them."""
+    """The limits of every registered name, aliases included, as the claim script reads them:
+    ``{name: [concurrency, rate count, rate period, canonical name]}``.
+
+    The claim script keys its slot and rate counters by the canonical name, so a job still queued
+    under an old alias shares its limits with the jobs queued under the current name.
+    """
     limits = {
-        key: [d.concurrency or 0, d.rate[0] if d.rate else 0, d.rate[1] if d.rate else 1]
+        key: [d.concurrency or 0, d.rate[0] if d.rate else 0, d.rate[1] if d.rate else 1, d.name]
         for key, d in _registry.items()
         if d.concurrency or d.rate
     }
@@ -278,7 +283,11 @@ def get(name: str) -> Job[Any, Any]:
     try:
         return _registry[name]
     except KeyError:
-        raise JobNotFound(f"No job is registered under the name {name!r}; it will not be run.") from None
+        raise JobNotFound(
+            f"No job is registered under the name {name!r}; it will not be run. Workers know the jobs "
+            "defined in an installed app's jobs.py (and the modules it imports) and in the modules "
+            "listed in JOBS['IMPORT_MODULES']; manage.py check warns about a job defined elsewhere."
+        ) from None
 
 
 def all_jobs() -> list[Job[Any, Any]]:

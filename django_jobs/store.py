@@ -12,6 +12,7 @@ django_jobs adds what RQ lacks:
 * ``djjobs:leases``      ``<id>:<token>`` scored by lease expiry (Redis server time). The token
   fences a stale attempt: once its lease is gone, its completion is refused.
 * ``djjobs:lost``        attempts whose worker died; the supervisor decides retry or dead letter.
+  Scored by when they are due to be looked at: an item a pass could not settle goes behind the others.
 * ``djjobs:dying``       jobs being dead-lettered; they leave only once the database row exists.
 * ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
 
@@ -22,7 +23,9 @@ of these structures, never in none.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
+import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -36,6 +39,34 @@ QUEUES_SET = "rq:queues"
 LEASES = "djjobs:leases"
 LOST = "djjobs:lost"
 DYING = "djjobs:dying"
+
+
+#: What a job id may be: RQ's own rule (letters, digits, ``_`` and ``-``; rq.job.JOB_ID_PATTERN), at
+#: most 64 characters, the width of every job id column. Every id django_jobs makes is a uuid4 hex.
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def valid_job_id(value: str) -> bool:
+    return JOB_ID.fullmatch(value) is not None
+
+
+def surrogate_id(raw: bytes) -> str:
+    """A valid, stable id standing in for one that breaks :data:`JOB_ID`: the same raw id always gets
+    the same surrogate, so its dead letter is written once however often it is found."""
+    return "unreadable-" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+def to_text(raw: bytes) -> str:
+    """Bytes from Redis as text that never raises; :func:`to_bytes` gives the same bytes back."""
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def to_bytes(text: str) -> bytes:
+    """The bytes a :func:`to_text` string came from (other lone surrogates are kept as they are)."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
 
 
 def queue_key(queue: str) -> str:
@@ -74,9 +105,11 @@ local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 """
 
 # ARGV[1]: JSON list of [id, queue, due (0 = now), [field, value, ...], unique key or '', debounce seconds];
-# ARGV[2]: wake list cap; ARGV[3]: seconds a unique key's marker lives.
-# Returns the ids not pushed: already in Redis (a second push of an id is a no-op), or a duplicate of a
-# queued or running job with the same unique key.
+# ARGV[2]: wake list cap; ARGV[3]: seconds a unique key's marker (and a replaced job's tombstone) lives.
+# Returns the ids not pushed: already in Redis (a second push of an id is a no-op), a duplicate of a
+# queued or running job with the same unique key, or a debounced job that a newer one already replaced.
+# A unique key is one namespace for every job (the key names the job if it must), so a job queued under
+# an alias and one under its current name hold the same key.
 _PUSH = (
     _NOW
     + """
@@ -84,25 +117,59 @@ local jobs = cjson.decode(ARGV[1])
 local seen = {}
 local queues = {}
 local pending = {queued = true, started = true, scheduled = true}
+
+-- {status, origin, created_at} of the job holding a unique key; {} if its hash is gone or not a hash.
+local function holder_fields(holder)
+  local got = redis.pcall('HMGET', 'rq:job:' .. holder, 'status', 'origin', 'created_at')
+  if got.err then return {} end
+  return got
+end
+
+local function created(flat)
+  for i = 1, #flat, 2 do
+    if flat[i] == 'created_at' then return tostring(flat[i + 1]) end
+  end
+  return ''
+end
+
+-- A replaced job stays as a small tombstone, so no later push of its id (the relay pushing its
+-- outbox row) runs it; it outlives the unique key's marker.
+local function tombstone(key, by, fields)
+  if fields then redis.call('HSET', key, unpack(fields)) end
+  redis.call('HDEL', key, 'data')
+  redis.call('HSET', key, 'status', 'canceled', 'dj_replaced_by', by)
+  redis.call('EXPIRE', key, ARGV[3])
+end
+
 for _, j in ipairs(jobs) do
   local id, queue, due, unique, debounce = j[1], j[2], tonumber(j[3]), j[5], tonumber(j[6])
   local key = 'rq:job:' .. id
   local skip = redis.call('EXISTS', key) == 1
+  local replaced_by = nil
   if not skip and unique ~= '' then
     local marker = 'djjobs:unique:' .. unique
     local holder = redis.call('GET', marker)
+    local held = holder and holder_fields(holder) or {}
     if holder and debounce > 0 then
       -- debounce: the newest enqueue replaces one that is still waiting out its window
-      if redis.call('ZREM', 'rq:scheduled:' .. queue, holder) == 1 then
-        redis.call('DEL', 'rq:job:' .. holder)
+      if (held[3] or '') > created(j[4]) then
+        replaced_by = holder  -- this one is older: it arrives after the job that replaced it
+      elseif held[1] == 'scheduled' then
+        -- in its own queue's scheduled set: a deploy may have moved the job to another queue
+        if redis.call('ZREM', 'rq:scheduled:' .. (held[2] or queue), holder) == 1 then
+          tombstone('rq:job:' .. holder, id, nil)
+        end
       end
-    elseif holder and pending[redis.call('HGET', 'rq:job:' .. holder, 'status') or ''] then
+    elseif holder and pending[held[1] or ''] then
       skip = true
     end
-    if not skip then redis.call('SET', marker, id, 'EX', ARGV[3]) end
+    if not skip and not replaced_by then redis.call('SET', marker, id, 'EX', ARGV[3]) end
     if debounce > 0 then due = now + debounce end
   end
-  if skip then
+  if replaced_by then
+    tombstone(key, replaced_by, j[4])
+    table.insert(seen, id)
+  elseif skip then
     table.insert(seen, id)
   else
     redis.call('HSET', key, unpack(j[4]))
@@ -129,7 +196,8 @@ return seen
 # Finish the previous job (ARGV[1] token, ARGV[2] its queue, ARGV[3] ended_at, ARGV[4] finished ttl),
 # then claim the next one from the queues KEYS (in priority order).
 # ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
-# ARGV[9] JSON {job name: [concurrency, rate count, rate period]}, ARGV[10] seconds a limited job waits.
+# ARGV[9] JSON {job name or alias: [concurrency, rate count, rate period, canonical name]} (slots and
+# rate windows are keyed by the canonical name, so aliases share them), ARGV[10] seconds a limited job waits.
 # The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
 # Nothing after the LPOP may raise: a script error would leave the popped id nowhere.
 # Returns {finished_ok, queue, id, token, fields} (fields as they were before the claim) or {finished_ok}.
@@ -150,12 +218,17 @@ local limits = cjson.decode(ARGV[9])
 local backoff = tonumber(ARGV[10])
 local deferred = 0
 
+-- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
+local function limit_of(name)
+  return limits[name] or limits[string.match(name, '^[^(]*')]
+end
+
 -- A job over its type's concurrency or rate limit waits in the scheduled set; no attempt is spent.
 local function blocked(name)
-  local limit = limits[name]
+  local limit = limit_of(name)
   if not limit then return nil end
   if limit[1] > 0 then
-    local slots = 'djjobs:slots:' .. name
+    local slots = 'djjobs:slots:' .. limit[4]
     local live = 0
     for _, member in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
       if redis.call('ZSCORE', 'djjobs:leases', member) then live = live + 1
@@ -165,7 +238,7 @@ local function blocked(name)
   end
   if limit[2] > 0 then
     local window = math.floor(now / limit[3])
-    local counter = 'djjobs:rate:' .. name .. ':' .. window
+    local counter = 'djjobs:rate:' .. limit[4] .. ':' .. window
     local started = redis.call('INCR', counter)
     if started == 1 then redis.call('EXPIRE', counter, math.ceil(limit[3]) + 1) end
     if started > limit[2] then return (window + 1) * limit[3] - now end
@@ -199,8 +272,9 @@ for _, queue in ipairs(KEYS) do
                    'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
         redis.call('ZADD', 'djjobs:leases', now + tonumber(ARGV[6]), token)
         redis.call('ZADD', 'rq:wip:' .. queue, '+inf', token)
-        if limits[name] and limits[name][1] > 0 then
-          redis.call('ZADD', 'djjobs:slots:' .. name, now, token)
+        local limit = limit_of(name)
+        if limit and limit[1] > 0 then
+          redis.call('ZADD', 'djjobs:slots:' .. limit[4], now, token)
         end
         return {finished, queue, id, token, fields}
       end
@@ -267,7 +341,8 @@ return gone
 """
 )
 
-# Move expired leases to LOST (worker died), and due scheduled jobs to their queues.
+# Move expired leases to LOST (worker died), and due scheduled jobs to their queues; a scheduled id
+# whose hash is gone or is not a hash moves to DYING, so it cannot stop promotion for everyone.
 # KEYS: queue names. ARGV[1]: batch size, ARGV[2]: enqueued_at of promoted jobs.
 # Returns {lost tokens moved, jobs promoted}.
 _MAINTAIN = (
@@ -284,28 +359,59 @@ for _, queue in ipairs(KEYS) do
   local sched = 'rq:scheduled:' .. queue
   local due = redis.call('ZRANGEBYSCORE', sched, '-inf', now, 'LIMIT', 0, ARGV[1])
   if #due > 0 then
+    local moved = 0
     for _, id in ipairs(due) do
-      redis.call('HSET', 'rq:job:' .. id, 'status', 'queued', 'enqueued_at', ARGV[2])
-      redis.call('RPUSH', 'rq:queue:' .. queue, id)
+      local key = 'rq:job:' .. id
+      if redis.call('TYPE', key)['ok'] == 'hash' then
+        redis.call('HSET', key, 'status', 'queued', 'enqueued_at', ARGV[2])
+        redis.call('RPUSH', 'rq:queue:' .. queue, id)
+        moved = moved + 1
+      else
+        -- its hash vanished, or the key is not a hash: dead-lettered from what is left, never queued
+        redis.call('ZADD', 'djjobs:dying', now, id)
+      end
     end
     redis.call('ZREM', sched, unpack(due))
-    redis.call('SADD', 'rq:queues', 'rq:queue:' .. queue)
-    redis.call('RPUSH', 'djjobs:wake:' .. queue, unpack(due))
-    redis.call('LTRIM', 'djjobs:wake:' .. queue, 0, 63)
-    promoted = promoted + #due
+    if moved > 0 then
+      redis.call('SADD', 'rq:queues', 'rq:queue:' .. queue)
+      for i = 1, math.min(moved, 64) do redis.call('RPUSH', 'djjobs:wake:' .. queue, 1) end
+      redis.call('LTRIM', 'djjobs:wake:' .. queue, 0, 63)
+    end
+    promoted = promoted + moved
   end
 end
 return {lost, promoted}
 """
 )
 
-# A dead letter's row exists: forget the job. ARGV: id, ttl for the job hash.
+# A dead letter's row exists: forget the item. KEYS[1]: the set it is in (DYING, or LOST when a
+# lost attempt was quarantined). ARGV: member, job id, ttl for the job hash, its queue or ''.
 _BURIED = """
-if redis.call('ZREM', 'djjobs:dying', ARGV[1]) == 1 then
-  redis.call('EXPIRE', 'rq:job:' .. ARGV[1], ARGV[2])
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 1 then
+  if redis.call('EXISTS', 'rq:job:' .. ARGV[2]) == 1 then
+    redis.call('EXPIRE', 'rq:job:' .. ARGV[2], ARGV[3])
+  end
+  if ARGV[4] ~= '' then redis.call('ZREM', 'rq:wip:' .. ARGV[4], ARGV[1]) end
 end
 return 1
 """
+
+# The members of KEYS[1] scored at most now - ARGV[1] seconds, oldest first, at most ARGV[2].
+_DUE = (
+    _NOW
+    + """
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LIMIT', 0, tonumber(ARGV[2]))
+"""
+)
+
+# Move one member of KEYS[1] behind the others: scored now + ARGV[2] seconds. XX: never resurrect one
+# that was settled meanwhile.
+_DEFER = (
+    _NOW
+    + """
+return redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+"""
+)
 
 
 class Pushable(Protocol):
@@ -376,6 +482,8 @@ class Store:
         self._heartbeat: Script = register(_HEARTBEAT)
         self._maintain: Script = register(_MAINTAIN)
         self._buried: Script = register(_BURIED)
+        self._due: Script = register(_DUE)
+        self._defer: Script = register(_DEFER)
 
     UNIQUE_TTL = 7 * 24 * 3600
 
@@ -452,9 +560,9 @@ class Store:
         """Record a failed attempt: retry after ``delay`` seconds (0: at the head of the queue now),
         or (``None``) start dead-lettering. ``lost``: the reaper already moved its lease to LOST."""
         source = LOST if lost else LEASES
-        return bool(
-            self._fail(keys=[source], args=[token, queue, -1 if delay is None else delay, *_flat(fields)])
-        )
+        # A message can hold lone surrogates (an exception quoting bad input): kept, not a crash.
+        values = [to_bytes(v) if isinstance(v, str) else v for v in _flat(fields)]
+        return bool(self._fail(keys=[source], args=[token, queue, -1 if delay is None else delay, *values]))
 
     def release(self, token: str, queue: str) -> bool:
         """Put a running job back at the head of its queue without spending an attempt."""
@@ -472,21 +580,40 @@ class Store:
         lost, promoted = self._maintain(keys=list(queues), args=[batch, stamp])
         return int(lost), int(promoted)
 
-    def lost_tokens(self, limit: int = 100) -> list[str]:
-        return [_text(t) for t in self.connection.zrange(LOST, 0, limit - 1)]
+    def lost_tokens(self, limit: int = 100) -> list[bytes]:
+        """Lost attempts due to be settled, as raw bytes: whatever was planted, the scan never fails."""
+        return list(self._due(keys=[LOST], args=[0, limit]))
 
-    def dying(self, older_than: float, limit: int = 100) -> list[str]:
-        """Jobs stuck between "dead" and "row written" for longer than ``older_than`` seconds."""
-        now_s, now_us = self.connection.time()
-        cutoff = now_s + now_us / 1e6 - older_than
-        return [_text(i) for i in self.connection.zrangebyscore(DYING, "-inf", cutoff, start=0, num=limit)]
+    def dying(self, older_than: float, limit: int = 100) -> list[bytes]:
+        """Jobs stuck between "dead" and "row written" for longer than ``older_than`` seconds (raw ids)."""
+        return list(self._due(keys=[DYING], args=[older_than, limit]))
+
+    def defer(self, key: str, member: bytes, seconds: float) -> None:
+        """Put one member of LOST or DYING behind the others, so a scan's head always moves on."""
+        self._defer(keys=[key], args=[member, seconds])
 
     def buried(self, job_id: str, ttl: int) -> None:
-        self._buried(args=[job_id, ttl])
+        self.settled(DYING, to_bytes(job_id), to_bytes(job_id), ttl)
 
-    def job_fields(self, job_id: str) -> dict[str, bytes]:
-        raw: dict[bytes, bytes] = self.connection.hgetall(job_key(job_id))  # type: ignore[assignment]
-        return {k.decode(): v for k, v in raw.items()}
+    def settled(self, key: str, member: bytes, job_id: bytes, ttl: int, queue: str = "") -> None:
+        """Drop a member of ``key`` whose dead letter is written; its job hash expires after ``ttl``."""
+        self._buried(keys=[key], args=[member, job_id, ttl, queue])
+
+    def job_fields(self, job_id: str | bytes) -> dict[str, bytes]:
+        """The job hash; field names that are not UTF-8 come back as :func:`to_text` strings."""
+        key = JOB_PREFIX.encode() + job_id if isinstance(job_id, bytes) else job_key(job_id)
+        raw: dict[bytes, bytes] = self.connection.hgetall(key)  # type: ignore[assignment]
+        return {to_text(k): v for k, v in raw.items()}
+
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        """Seconds (in Redis time) until the first scheduled job of these queues is due; None if none."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.time()
+            for queue in queues:
+                pipe.zrange(scheduled_key(queue), 0, 0, withscores=True)
+            (now_s, now_us), *firsts = pipe.execute()
+        dues = [float(first[0][1]) for first in firsts if first]
+        return min(dues) - (now_s + now_us / 1e6) if dues else None
 
 
 _stores: weakref.WeakKeyDictionary[Redis, Store] = weakref.WeakKeyDictionary()

@@ -1,4 +1,4 @@
-"""Settings for the example shop: SQLite and a local Redis by default, both overridable from the environment.
+"""Settings for the example shop: SQLite by default, and the Redis database REDIS_URL names.
 
 Everything a deployment would change comes from an environment variable, so ``scripts/demo`` can
 point the project at a Redis it started itself without editing this file.
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent
 
@@ -66,7 +68,15 @@ DATABASES = {
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+# No default: the shop's worker takes every job on "default" and "emails" of its database, so on a
+# shared Redis (database 0 of localhost, say) it would take and dead-letter other applications' jobs.
+# scripts/demo sets REDIS_URL to a database of the demo's own.
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if not REDIS_URL:
+    raise ImproperlyConfigured(
+        "Set REDIS_URL to a Redis database that only the example shop uses, or run scripts/demo, "
+        "which starts a private Redis."
+    )
 # JSONSerializer: django_jobs refuses queues that would decode jobs with pickle (check E003).
 RQ_QUEUES = {
     "default": {"URL": REDIS_URL, "SERIALIZER": "rq.serializers.JSONSerializer"},

@@ -22,7 +22,7 @@ ensure_venv() {
   fi
   local stamp=.venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)
   if [ ! -f "$stamp" ]; then
-    log "installing django-jobs and its dev tools"
+    log "installing django-durable-jobs and its dev tools"
     .venv/bin/pip install -q --upgrade pip
     .venv/bin/pip install -q -e ".[dev]"
     rm -f .venv/.installed-*

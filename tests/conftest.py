@@ -100,8 +100,25 @@ class Runjobs:
         self.proc.wait()
 
 
+#: Each phase's report of a test ("setup", "call", "teardown"), so fixtures can see whether it passed.
+_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    report = yield
+    item.stash.setdefault(_REPORTS, {})[report.when] = report
+    return report
+
+
+def _passed(node: pytest.Item) -> bool:
+    reports = node.stash.get(_REPORTS, {})
+    return "call" in reports and all(report.passed for report in reports.values())
+
+
 @pytest.fixture
-def runjobs(redis_url: str) -> Iterator[Callable[..., Runjobs]]:
+def runjobs(redis_url: str, request: pytest.FixtureRequest) -> Iterator[Callable[..., Runjobs]]:
+    """Start runjobs subprocesses; their logs (in var/) are kept only when the test did not pass."""
     started: list[Runjobs] = []
 
     def start(*args: str, extra_env: dict[str, str] | None = None) -> Runjobs:
@@ -117,9 +134,12 @@ def runjobs(redis_url: str) -> Iterator[Callable[..., Runjobs]]:
         return process
 
     yield start
+    keep = not _passed(request.node)
     for process in started:
         process.kill_tree()
         process.log.close()
+        if not keep:
+            Path(process.log.name).unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -102,3 +102,5 @@ LOGGING = {
         "django_jobs": {"handlers": ["console"], "level": os.environ.get("JOBS_TEST_LOG", "WARNING")}
     },
 }
+if os.environ.get("JOBS_TEST_LOGGING") == "unset":  # a fresh project's: no LOGGING setting at all
+    del LOGGING

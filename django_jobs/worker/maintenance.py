@@ -3,7 +3,11 @@ interrupted dead-lettering, relay the outbox and prune old idempotency keys.
 
 Every ``runjobs`` runs all of them, so no duty waits on one elected process, and each step is
 an atomic script or an idempotent write, so two ``runjobs`` doing the same step cannot double it.
-Each item is handled on its own: one bad item is logged and skipped, never fatal.
+
+Every loop makes progress past what it cannot handle. Items are handled one by one; an item that
+fails because a service is down waits behind the others and is retried later; an item that can
+never be handled (unreadable bytes, an id that breaks the id rule, a hash that vanished, the same
+failure twice) is quarantined: written as a dead letter with its raw data, then removed.
 """
 
 from __future__ import annotations
@@ -15,26 +19,52 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, router
 from django.utils import timezone
-from redis.exceptions import RedisError, ResponseError
+from redis import exceptions as redis_errors
 
 from .. import alerts, deadletter, execution, idempotency, stats
 from ..conf import jobs_settings
+from ..connections import connection_identity, get_connection
 from ..cron import Scheduler
-from ..enqueue import Envelope, push
+from ..enqueue import Envelope
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
-from ..store import Claimed, Store, split_token
+from ..store import DYING, LOST, Claimed, Store, to_bytes, to_text, valid_job_id
 
 logger = logging.getLogger("django_jobs.worker")
+
+#: Errors that say a service is down or busy, not that the item is bad: keep the item, retry later.
+_TRANSIENT = (
+    redis_errors.ConnectionError,
+    redis_errors.TimeoutError,
+    redis_errors.OutOfMemoryError,
+    redis_errors.ReadOnlyError,
+    redis_errors.ClusterError,
+    redis_errors.TryAgainError,
+    redis_errors.NoPermissionError,
+    OperationalError,
+    InterfaceError,
+)
+
+#: Seconds an item that failed waits before it is looked at again (it goes behind the others).
+RETRY_SECONDS = 5.0
+#: Seconds a lost attempt of a queue this runjobs does not serve waits before this one looks again.
+FOREIGN_AFTER = 1.0
+#: Seconds the relay leaves a queue alone after its Redis failed to answer.
+RELAY_PAUSE = 3.0
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` means "retry later" (a service down) rather than "this item is bad"."""
+    return isinstance(exc, _TRANSIENT) or str(exc).startswith(("BUSY ", "LOADING ", "MASTERDOWN "))
 
 
 def _guarded(what: str, action: Callable[[], object]) -> None:
     """Run one duty or item; a failure is logged and retried next time, never fatal."""
     try:
         action()
-    except (RedisError, DatabaseError) as exc:
+    except (redis_errors.RedisError, DatabaseError) as exc:
         logger.warning("%s skipped (%s); will retry.", what, exc)
     except Exception:
         logger.exception("%s failed", what)
@@ -52,15 +82,80 @@ class Every:
             _guarded(getattr(self.duty, "__name__", "duty"), self.duty)
 
 
+class Strikes:
+    """Each failing item's last failure, so the second identical one can be told from a first."""
+
+    LIMIT = 10_000  # items remembered; past it the memory starts afresh (a strike costs one retry)
+
+    def __init__(self) -> None:
+        self.last: dict[tuple[str, bytes], str] = {}
+
+    def second(self, item: tuple[str, bytes], exc: BaseException) -> bool:
+        """Record this failure; True if the item already failed exactly this way."""
+        signature = f"{type(exc).__module__}.{type(exc).__qualname__}: {exc}"
+        if self.last.pop(item, None) == signature:
+            return True
+        if len(self.last) >= self.LIMIT:
+            self.last.clear()
+        self.last[item] = signature
+        return False
+
+    def forget(self, item: tuple[str, bytes]) -> None:
+        self.last.pop(item, None)
+
+
+class Unreadable(Exception):
+    """An item no retry can help (unreadable bytes, a broken id, a key that is not a hash)."""
+
+    reason = DeadLetter.Reason.UNREADABLE
+
+
+class Vanished(Unreadable):
+    """A job whose hash is gone from Redis (eviction, a deleted key): nothing can run it."""
+
+    reason = DeadLetter.Reason.VANISHED
+
+
 def _text(fields: dict[str, bytes], name: str, default: str) -> str:
     value = fields.get(name)
     return default if value is None else value.decode(errors="replace")
+
+
+def _exc_path(exc: BaseException) -> str:
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
+def _raw_id(key: str, member: bytes) -> bytes:
+    """The job id inside a member of LOST (``<id>:<nonce>``) or DYING (the id itself)."""
+    return member.rpartition(b":")[0] if key == LOST else member
+
+
+def _dying_age() -> float:
+    """Past three leases, whoever was writing a dead job's row is gone (or the database was down)."""
+    return 3 * jobs_settings.LEASE_SECONDS
+
+
+def _decoded(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise Unreadable(f"The {what} is not UTF-8.") from None
+
+
+def _job_id(raw: bytes) -> str:
+    """The id as text, if it is one django_jobs could have made; otherwise the item is unreadable."""
+    job_id = _decoded(raw, "job id")
+    if not valid_job_id(job_id):
+        raise Unreadable("The job id breaks the id rule: letters, digits, _ and -, at most 64 characters.")
+    return job_id
 
 
 class Maintenance:
     def __init__(self, store: Store, queues: Sequence[str], interval: float) -> None:
         self.store, self.queues = store, list(queues)
         self.scheduler = Scheduler(store.connection)
+        self.strikes = Strikes()
+        self.paused: dict[str, float] = {}  # queue -> when (monotonic) the relay tries its Redis again
         self.duties = [
             Every(interval, self.promote_and_reap),
             Every(1.0, self.relay_outbox),
@@ -79,42 +174,111 @@ class Maintenance:
     def promote_and_reap(self) -> None:
         self.store.maintain(self.queues)
         for token in self.store.lost_tokens():
-            _guarded(f"settling {token}", partial(self._settle_lost, token))
+            self._item(LOST, token, self._settle_lost)
 
-    def _settle_lost(self, token: str) -> None:
-        job_id = split_token(token)
+    def finish_dying(self) -> None:
+        """Write the rows of dead jobs whose worker died (or whose DB was down) before writing them."""
+        for job_id in self.store.dying(older_than=_dying_age()):
+            self._item(DYING, job_id, self._bury)
+
+    @staticmethod
+    def _retry_after(key: str) -> float:
+        """The score offset that brings a failed item back in ``RETRY_SECONDS``, behind the others.
+
+        A DYING member is looked at only once it is older than :func:`_dying_age`."""
+        return RETRY_SECONDS - (_dying_age() if key == DYING else 0.0)
+
+    # --- one item of LOST or DYING ------------------------------------------------------------------
+
+    def _item(self, key: str, member: bytes, handle: Callable[[bytes], None]) -> None:
+        """Handle one member so that, whatever it holds, it neither stops the scan nor stays at its head."""
+        try:
+            handle(member)
+        except Unreadable as exc:
+            self._or_defer(key, member, partial(self._quarantine, key, member, exc))
+        except Exception as exc:
+            self._or_defer(key, member, partial(self._failed, key, member, exc))
+        else:
+            self.strikes.forget((key, member))
+
+    def _or_defer(self, key: str, member: bytes, action: Callable[[], None]) -> None:
+        """Run ``action``; if even that fails (a service down), the item waits behind the others."""
+        try:
+            action()
+        except Exception as exc:
+            logger.warning(
+                "%s item %r kept for later (%s)", key, member[:200], exc, exc_info=not transient(exc)
+            )
+            _guarded(f"deferring {key} item", partial(self.store.defer, key, member, self._retry_after(key)))
+
+    def _failed(self, key: str, member: bytes, exc: Exception) -> None:
+        """A service down: retry later. The same failure twice: the item itself is the problem."""
+        if not transient(exc) and self.strikes.second((key, member), exc):
+            self._quarantine(key, member, exc)
+            return
+        logger.warning(
+            "%s item %r failed (%s: %s); it waits behind the others and is retried.",
+            key,
+            member[:200],
+            _exc_path(exc),
+            exc,
+            exc_info=not transient(exc),
+        )
+        self.store.defer(key, member, self._retry_after(key))
+
+    def _quarantine(self, key: str, member: bytes, exc: Exception) -> None:
+        """Write the item's dead letter (reason from ``exc``), then remove it from ``key``."""
+        raw_id = _raw_id(key, member)
+        fields = self._fields(raw_id)
+        failure = deadletter.Failure(
+            job_id=to_text(raw_id or member),  # an id that breaks the rule is filed under a surrogate
+            queue=_text(fields, "origin", ""),
+            reason=getattr(exc, "reason", DeadLetter.Reason.UNREADABLE),
+            exception=_exc_path(exc),
+            message=str(exc),
+        )
+        deadletter.quarantine(failure, fields, source=key, member=member)
+        self.store.settled(key, member, raw_id, jobs_settings.FINISHED_TTL, _text(fields, "origin", ""))
+        self.strikes.forget((key, member))
+
+    def _fields(self, job_id: str | bytes) -> dict[str, bytes]:
+        try:
+            return self.store.job_fields(job_id)
+        except redis_errors.ResponseError as exc:  # not a hash: keep what Redis says about it
+            return {"origin": b"", "redis_error": str(exc).encode()}
+
+    def _settle_lost(self, member: bytes) -> None:
+        job_id = _job_id(_raw_id(LOST, member))
+        token = _decoded(member, "lease token")
         fields = self._fields(job_id)
-        queue = fields.get("origin", b"").decode(errors="replace")
+        if not fields:
+            raise Vanished("The job's hash is gone from Redis (evicted or deleted); nothing can run it.")
+        if "redis_error" in fields or not fields.get("origin"):
+            raise Unreadable(
+                f"The job hash names no queue: {_text(fields, 'redis_error', 'no origin field')}"
+            )
+        queue = _decoded(fields["origin"], "queue name in the job hash")
         if queue not in self.queues:
-            return  # another runjobs, with that queue's jobs registered, settles it
+            self.store.defer(LOST, member, FOREIGN_AFTER)  # the runjobs serving that queue settles it
+            return
         claimed = Claimed(queue, job_id, token, fields)
         outcome = execution.settle_failure(
             store=self.store, claimed=claimed, lost=True, exc=WorkerLost("The worker running this job died.")
         )
         execution.report_settled(outcome, claimed)
 
-    def _fields(self, job_id: str) -> dict[str, bytes]:
-        try:
-            return self.store.job_fields(job_id)
-        except ResponseError as exc:  # not a hash: keep what Redis says about it
-            return {"origin": b"", "redis_error": str(exc).encode()}
-
-    def finish_dying(self) -> None:
-        """Write the rows of dead jobs whose worker died (or whose DB was down) before writing them."""
-        # Past three leases, whoever was writing the row is gone (or the database was down).
-        for job_id in self.store.dying(older_than=3 * jobs_settings.LEASE_SECONDS):
-            _guarded(f"dead-lettering {job_id}", partial(self._bury, job_id))
-
-    def _bury(self, job_id: str) -> None:
+    def _bury(self, member: bytes) -> None:
+        job_id = _job_id(member)
         fields = self._fields(job_id)
-        queue = _text(fields, "origin", "")
+        if not fields:
+            raise Vanished("The dead job's hash is gone from Redis (evicted or deleted).")
         try:
             history = json.loads(fields.get("dj_history", b"[]"))
         except ValueError:
             history = []
         failure = deadletter.Failure(
             job_id=job_id,
-            queue=queue,
+            queue=_text(fields, "origin", ""),
             reason=_text(fields, "dj_reason", DeadLetter.Reason.UNDECODABLE.value),
             exception=_text(fields, "dj_exception", "django_jobs.exceptions.PayloadError"),
             message=_text(fields, "dj_message", "The job hash in Redis is not a django_jobs job."),
@@ -123,21 +287,93 @@ class Maintenance:
         )
         deadletter.bury(self.store, failure, fields)
 
+    # --- the outbox relay ---------------------------------------------------------------------------
+
     def relay_outbox(self, batch: int = 500) -> None:
         """Push outbox rows the on-commit push missed, and prune rows already delivered."""
         cutoff = timezone.now() - dt.timedelta(seconds=1)  # leave fresh rows to their on-commit push
         for alias in connections:
-            if not router.allow_migrate_model(alias, OutboxEntry):
-                continue
+            if router.allow_migrate_model(alias, OutboxEntry):
+                _guarded(f"relaying the outbox of {alias}", partial(self._relay, alias, cutoff, batch))
+
+    def _relay(self, alias: str, cutoff: dt.datetime, batch: int) -> None:
+        """The oldest rows of the queues whose Redis is not paused; learning of a Redis down, look again."""
+        now = time.monotonic()
+        skipped = {queue for queue, until in self.paused.items() if until > now}
+        while True:
             rows = list(
-                OutboxEntry.objects.using(alias).filter(created_at__lt=cutoff).order_by("created_at")[:batch]
+                OutboxEntry.objects.using(alias)
+                .filter(created_at__lt=cutoff)
+                .exclude(queue__in=skipped)
+                .order_by("created_at")[:batch]
             )
-            if not rows:
-                continue
-            already = push([Envelope.from_row(row) for row in rows])
-            OutboxEntry.objects.using(alias).filter(pk__in=[row.pk for row in rows]).delete()
-            if len(rows) > len(already):
-                logger.info("Outbox relay pushed %d job(s)", len(rows) - len(already))
+            paused = self._relay_rows(alias, rows) if rows else set()
+            if not paused:
+                return
+            skipped |= paused  # grows every round, so the loop ends
+
+    def _relay_rows(self, alias: str, rows: list[OutboxEntry]) -> set[str]:
+        """Push rows grouped by Redis connection; returns the queues whose Redis was down (now paused)."""
+        groups: dict[str, list[tuple[OutboxEntry, Envelope]]] = {}
+        for row in rows:
+            try:  # an unknown queue, broken options, an id that breaks the rule: never pushable
+                envelope = Envelope.from_row(row)
+                groups.setdefault(connection_identity(row.queue), []).append((row, envelope))
+            except Exception as exc:
+                self._quarantine_row_guarded(alias, row, exc)
+        return set().union(*(self._relay_group(alias, group) for group in groups.values()))
+
+    def _relay_group(self, alias: str, group: list[tuple[OutboxEntry, Envelope]]) -> set[str]:
+        try:
+            _push_rows(alias, group)
+            return set()
+        except Exception as exc:
+            if transient(exc):
+                return self._pause(group, exc)
+        for one in group:  # one bad row fails its batch: push them one by one to find it
+            try:
+                _push_rows(alias, [one])
+            except Exception as exc:
+                if transient(exc):
+                    return self._pause(group, exc)
+                if self.strikes.second(("outbox", to_bytes(one[0].pk)), exc):
+                    self._quarantine_row_guarded(alias, one[0], exc)
+                else:
+                    logger.warning("Outbox row %s failed to push (%s); retried once more.", one[0].pk, exc)
+        return set()
+
+    def _pause(self, group: list[tuple[OutboxEntry, Envelope]], exc: Exception) -> set[str]:
+        queues = {envelope.queue for _, envelope in group}
+        self.paused.update(dict.fromkeys(queues, time.monotonic() + RELAY_PAUSE))
+        logger.warning(
+            "Outbox relay: Redis of queue(s) %s unavailable (%s); their rows wait, the others go on.",
+            ", ".join(sorted(queues)),
+            exc,
+        )
+        return queues
+
+    def _quarantine_row_guarded(self, alias: str, row: OutboxEntry, exc: Exception) -> None:
+        _guarded(f"quarantining outbox row {row.pk!r}", partial(self._quarantine_row, alias, row, exc))
+
+    def _quarantine_row(self, alias: str, row: OutboxEntry, exc: Exception) -> None:
+        """A committed job that can never be pushed becomes a dead letter, then leaves the outbox."""
+        fields = {
+            "data": to_bytes(row.data),
+            "origin": to_bytes(row.queue),
+            "description": to_bytes(row.job_name),
+            "timeout": str(row.timeout).encode(),
+            "dj_outbox_options": json.dumps(row.options, default=str).encode(),
+        }
+        failure = deadletter.Failure(
+            job_id=row.pk,
+            queue=row.queue,
+            reason=DeadLetter.Reason.UNREADABLE,
+            exception=_exc_path(exc),
+            message=f"The outbox row could not be pushed: {exc}",
+        )
+        deadletter.quarantine(failure, fields, source=f"outbox ({alias})", member=to_bytes(row.pk))
+        OutboxEntry.objects.using(alias).filter(pk=row.pk).delete()
+        self.strikes.forget(("outbox", to_bytes(row.pk)))
 
     def prune_keys(self) -> None:
         idempotency.prune()
@@ -145,3 +381,11 @@ class Maintenance:
     def flush_alerts(self) -> None:
         """Send the summary of each dead-letter group whose alert window closed."""
         alerts.flush(self.store.connection)
+
+
+def _push_rows(alias: str, group: list[tuple[OutboxEntry, Envelope]]) -> None:
+    """Push rows of one Redis (a second push is a no-op), then drop them from the outbox."""
+    already = Store.of(get_connection(group[0][1].queue)).push([envelope for _, envelope in group])
+    OutboxEntry.objects.using(alias).filter(pk__in=[row.pk for row, _ in group]).delete()
+    if len(group) > len(already):
+        logger.info("Outbox relay pushed %d job(s)", len(group) - len(already))

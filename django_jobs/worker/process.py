@@ -26,6 +26,8 @@ from ..store import Claimed, Store, wake_key
 logger = logging.getLogger("django_jobs.worker")
 
 _PR_SET_PDEATHSIG = 1
+#: ``runjobs --burst`` stays for scheduled jobs (retries, delayed jobs) due within this many seconds.
+BURST_WAIT = 60.0
 
 
 def die_with_parent() -> None:
@@ -47,6 +49,7 @@ class WorkProcess:
     report_fd: int
     burst: bool = False
     max_jobs: int = 0
+    burst_wait: float = BURST_WAIT
     stopping: bool = False
 
     def _report(self, line: str) -> None:
@@ -90,7 +93,7 @@ class WorkProcess:
             if claimed is None:
                 self._report("D")
                 stats.flush(self.connection, every=0)
-                if not queues or self.burst:
+                if not queues or (self.burst and not self._due_soon(store)):
                     return 0
                 self._wait()
                 continue
@@ -109,6 +112,15 @@ class WorkProcess:
             stats.flush(self.connection)
             if self.max_jobs and done >= self.max_jobs:
                 self.stopping = True
+
+    def _due_soon(self, store: Store) -> bool:
+        """In burst mode: is a retry or delayed job of our queues due within ``burst_wait``? Then
+        the supervisor's maintenance promotes it and this process stays to run it."""
+        try:
+            due = store.next_due(self.queues)
+        except RedisError:
+            return True  # cannot tell: keep trying, as the claim loop does
+        return due is not None and due <= self.burst_wait
 
     def _run(self, store: Store, claimed: Claimed, arm: Callable[[float], None]) -> execution.Outcome:
         """Run one job. Whatever escapes (Redis down while settling, or a fault in the settling

@@ -24,9 +24,10 @@ from redis.exceptions import RedisError
 from .. import execution, metrics, stats
 from ..conf import jobs_settings
 from ..exceptions import JobTimeout, WorkerLost
+from ..logs import redis_location
 from ..store import Claimed, Store, rq_timestamp
 from .maintenance import Maintenance
-from .process import WorkProcess, die_with_parent
+from .process import BURST_WAIT, WorkProcess, die_with_parent
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -81,9 +82,11 @@ class Supervisor:
         concurrency: int = 1,
         burst: bool = False,
         max_jobs: int = 0,
+        burst_wait: float = BURST_WAIT,
     ) -> None:
         self.connection, self.queues = connection, list(queues)
         self.concurrency, self.burst, self.max_jobs = concurrency, burst, max_jobs
+        self.burst_wait = burst_wait
         self.store = Store.of(connection)
         self.maintenance = Maintenance(self.store, self.queues, jobs_settings.MAINTENANCE_INTERVAL)
         self.slots: dict[int, Slot] = {}
@@ -135,6 +138,7 @@ class Supervisor:
                     f"{self.hostname}.{os.getpid()}",
                     write_fd,
                     burst=self.burst,
+                    burst_wait=self.burst_wait,
                     max_jobs=self.max_jobs,
                 )
                 work.install_signals()
@@ -348,7 +352,11 @@ class Supervisor:
         self.maintenance.tick()
         for _ in range(self.concurrency):
             self._spawn()
-        logger.info("runjobs: %d work process(es) on %s", self.concurrency, ", ".join(self.queues))
+        burst = f" until no job is due within {self.burst_wait:g} s" if self.burst else ""
+        logger.info(
+            "runjobs (pid %d) serving %s on Redis %s with %d work process(es)%s",
+            os.getpid(), ", ".join(self.queues), redis_location(self.connection), self.concurrency, burst,
+        )  # fmt: skip
         while self.slots or (self.respawn_at and not self.stopping):
             self._read(jobs_settings.MAINTENANCE_INTERVAL)
             self._reap_children()

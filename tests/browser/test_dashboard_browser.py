@@ -63,7 +63,6 @@ def test_an_operator_triages_and_requeues_and_the_job_runs(page, expect, screens
     a_day_of_outcomes()
     user_with("operator", *ALL_PERMISSIONS)
     log_in(page, expect, "operator")
-    page.click("#toggle-nav-sidebar")  # more room for the columns
 
     expect(rows(page)).to_have_count(4)
     screenshot(page, "dashboard-list")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import logging
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 
 from django_jobs import job
@@ -85,3 +88,47 @@ def test_bad_schedules_fail_at_decoration(kwargs, message):
 def test_a_periodic_job_must_take_no_arguments():
     with pytest.raises(ValueError, match="no arguments"):
         job(timeout=1, name="tests.bad_cron_args", cron="* * * * *")(lambda order_id: None)
+
+
+@contextlib.contextmanager
+def cron_runs_refused():
+    """The database refuses to record a period (a trigger raises), as an outage mid-fire would."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION djjobs_refuse() RETURNS trigger"
+                " AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$ LANGUAGE plpgsql"
+            )
+            cursor.execute(
+                "CREATE TRIGGER djjobs_refuse BEFORE INSERT ON django_jobs_cronrun"
+                " FOR EACH ROW EXECUTE FUNCTION djjobs_refuse()"
+            )
+        else:
+            cursor.execute(
+                "CREATE TRIGGER djjobs_refuse BEFORE INSERT ON django_jobs_cronrun"
+                " BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("DROP TRIGGER djjobs_refuse ON django_jobs_cronrun")
+                cursor.execute("DROP FUNCTION djjobs_refuse()")
+            else:
+                cursor.execute("DROP TRIGGER djjobs_refuse")
+
+
+@pytest.mark.parametrize("later", ["same scheduler", "another scheduler"])
+@override_settings(JOBS={"CRON": EVERY_MINUTE})
+def test_a_period_whose_database_write_failed_fires_on_a_later_tick(redis_db, caplog, later):
+    scheduler = Scheduler(redis_db)
+    scheduler.RETRY_SECONDS = 0
+    with cron_runs_refused(), caplog.at_level(logging.ERROR, logger="django_jobs.cron"):
+        assert scheduler.tick(at(0, 5)) == 0
+    assert "Could not fire tests.tick" in caplog.text  # never silent
+    assert not CronRun.objects.exists() and not redis_db.llen("rq:queue:default")
+    again = scheduler if later == "same scheduler" else Scheduler(redis_db)
+    assert again.tick(at(0, 6)) == 1
+    assert list(CronRun.objects.values_list("scheduled_for", flat=True)) == [at(0)]
+    assert scheduler.tick(at(0, 7)) + Scheduler(redis_db).tick(at(0, 8)) == 0  # still once per period

@@ -68,8 +68,8 @@ def test_show_prints_everything_with_the_payload_redacted():
                      "Traceback (most recent call last)", "shop/jobs.py in charge", "1  "):  # fmt: skip
         assert expected in text, expected
     assert "tok_live_123" not in text
-    with pytest.raises(CommandError, match="No dead letter has id 0"):
-        run("show", "0")
+    with pytest.raises(CommandError, match=f"No dead letter has id {entry.pk + 1}"):
+        run("show", str(entry.pk + 1))
 
 
 def test_requeue_by_filter_is_paced_audited_and_checked(entries, redis_db):

@@ -33,8 +33,8 @@ def test_limited_jobs_do_not_hide_the_jobs_queued_behind_them(redis_db):
 
 def test_limits_are_published_under_every_name():
     limits = limits_json()
-    assert '"tests.limited": [3, 0, 1]' in limits
-    assert '"tests.rated": [0, 5, 60.0]' in limits
+    assert '"tests.limited": [3, 0, 1, "tests.limited"]' in limits
+    assert '"tests.rated": [0, 5, 60.0, "tests.rated"]' in limits
 
 
 @pytest.mark.parametrize(

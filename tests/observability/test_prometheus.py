@@ -20,7 +20,8 @@ from tests.testapp import jobs
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
-RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
+DEPLOY = ROOT / "django_jobs" / "deploy"
+RULES = DEPLOY / "prometheus" / "alerts.yml"
 
 CONFIG = """
 global:
@@ -46,7 +47,7 @@ def test_rules_file_passes_promtool_check_and_its_unit_tests():
 
 
 def test_the_dashboards_queries_are_valid_promql(tmp_path: Path):
-    dashboard = json.loads((ROOT / "deploy" / "grafana" / "dashboard.json").read_text())
+    dashboard = json.loads((DEPLOY / "grafana" / "dashboard.json").read_text())
     variables = {"$__rate_interval": "5m", "$queue": ".*", "$job": ".*"}
     queries = []
     for panel in dashboard["panels"]:

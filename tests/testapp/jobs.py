@@ -177,6 +177,44 @@ def which_connection() -> None:
     SideEffect.objects.create(key="conn")
 
 
+# --- first hour as a user: testing helpers and burst -----------------------------------------------
+
+
+@job(name="tests.greet", timeout=10, retry=FAST)
+def greet(key: str, greeting: str = "hello") -> None:
+    SideEffect.objects.create(key=f"{greeting}:{key}")
+
+
+# --- names, tombstones, redaction, bounded input ------------------------------------------------
+
+
+@job(name="tests.solo", aliases=["tests.solo_before_rename"], timeout=10, retry=FAST, concurrency=1)
+def solo(key: str, seconds: float = 0.0) -> None:
+    """Records its start and end, so a test can see whether two ever ran at once."""
+    started = time.time()
+    time.sleep(seconds)
+    SideEffect.objects.create(key=f"{key}|{started}|{time.time()}")
+
+
+@job(name="tests.hourly_quota", aliases=["tests.quota_before_rename"], timeout=10, retry=FAST, rate="1/h")
+def hourly_quota(key: str) -> None:
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.debounced", aliases=["tests.debounced_before_rename"], timeout=10, retry=FAST)
+def debounced(key: str) -> None:
+    SideEffect.objects.create(key=key)
+
+
+# --- maintenance loops and dead-letter storage ------------------------------------------------
+
+
+@job(name="tests.fails_with", timeout=10, retry=FAST)
+def fails_with(value: str) -> None:
+    """Dead-letters at once with its argument in the message (NUL and all)."""
+    raise PermanentError(f"bad input: {value}")
+
+
 # --- Job outcomes: whatever a job raises, or however it dies, is an outcome ---------------------
 
 BRIEF = RetryPolicy(max_attempts=2, base=0.05, factor=1, max_delay=0.05)

@@ -11,7 +11,7 @@ import getpass
 import json
 import re
 import sys
-from argparse import ArgumentParser
+from argparse import ArgumentParser, ArgumentTypeError
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -24,6 +24,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from ... import deadletter, redaction, selection
 from ...conf import jobs_settings
 from ...models import DeadLetter
+from ..arguments import real, whole
 
 FILTER_OPTIONS = ("job", "exception", "queue", "status", "reason", "group", "since", "until", "search")
 LIST_FIELDS = ("pk", "status", "created_at", "job_name", "queue", "exception", "attempts", "message")
@@ -38,6 +39,17 @@ _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
 def moment(text: str) -> dt.datetime:
     """``2h``/``30m``/``7d`` ago, an ISO date, or an ISO datetime (naive means the current time zone)."""
+    try:
+        when = _moment(text)
+        when.astimezone(dt.UTC)  # the database compares in UTC: a time out of its range fails here
+    except (OverflowError, ValueError) as exc:
+        raise ArgumentTypeError(
+            f"{text[:40]!r} is not a time in range (use 2h, 30m, 7d or an ISO time)"
+        ) from exc
+    return when
+
+
+def _moment(text: str) -> dt.datetime:
     ago = _AGO.match(text)
     if ago:
         return timezone.now() - dt.timedelta(**{_UNITS[ago[2]]: int(ago[1])})
@@ -45,7 +57,7 @@ def moment(text: str) -> dt.datetime:
     if when is None:
         day = parse_date(text)
         if day is None:
-            raise ValueError(f"not a time: {text!r} (use 2h, 30m, 7d, 2024-05-01 or 2024-05-01T03:00)")
+            raise ValueError(text)
         when = dt.datetime.combine(day, dt.time())
     return when if timezone.is_aware(when) else timezone.make_aware(when)
 
@@ -64,7 +76,7 @@ def _filter_arguments(parser: ArgumentParser) -> None:
 
 
 def _change_arguments(parser: ArgumentParser) -> None:
-    parser.add_argument("ids", nargs="*", type=int, help="entry ids; or select with filters")
+    parser.add_argument("ids", nargs="*", type=whole(1), help="entry ids; or select with filters")
     _filter_arguments(parser)
     parser.add_argument("--all", action="store_true", help="act on every open entry when no filter is given")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
@@ -85,14 +97,16 @@ class Command(BaseCommand):
         commands = parser.add_subparsers(dest="command", required=True)
         listing = commands.add_parser("list", help="list entries, newest first")
         _filter_arguments(listing)
-        listing.add_argument("--limit", type=int, default=50)
+        listing.add_argument("--limit", type=whole(0), default=50)
         listing.add_argument("--by-group", action="store_true", help="one line per failure group")
         listing.add_argument("--json", action="store_true", help="one JSON object per line")
         show = commands.add_parser("show", help="one entry in full, its payload redacted")
-        show.add_argument("id", type=int)
+        show.add_argument("id", type=whole(1))
         requeue = commands.add_parser("requeue", help="send open entries back as new jobs, paced")
         _change_arguments(requeue)
-        requeue.add_argument("--rate", type=float, help="jobs per second (default: JOBS['REQUEUE_RATE'])")
+        requeue.add_argument(
+            "--rate", type=real(0, strictly=True), help="jobs per second (default: JOBS['REQUEUE_RATE'])"
+        )
         discard = commands.add_parser("discard", help="mark open entries resolved without running them")
         _change_arguments(discard)
 

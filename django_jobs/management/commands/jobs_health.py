@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 from django_jobs.collectors import QueueStats, Worker, snapshot
 from django_jobs.connections import connection_identity, queue_configs
 from django_jobs.exceptions import ConfigurationError
+from django_jobs.management.arguments import real
 
 CHECKS = ("database", "redis", "workers", "age")
 
@@ -26,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("queues", nargs="*", help="Queues to check (default: all).")
         parser.add_argument(
             "--max-age",
-            type=float,
+            type=real(0),
             default=600.0,
             help="Seconds the oldest queued job may have waited (default 600).",
         )

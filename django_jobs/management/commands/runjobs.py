@@ -9,10 +9,16 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_jobs import logs
 from django_jobs.exceptions import ConfigurationError
+from django_jobs.management.arguments import real, whole
 from django_jobs.worker import build_supervisor, metrics_server
+from django_jobs.worker.process import BURST_WAIT
 
 logger = logging.getLogger("django_jobs.worker")
+
+#: More work processes than this on one host is a typo, not a plan: each one is a Django process.
+MAX_CONCURRENCY = 1024
 
 
 class Command(BaseCommand):
@@ -22,12 +28,30 @@ class Command(BaseCommand):
         parser.add_argument(
             "queues", nargs="*", help="Queues to serve, highest priority first (default: all)."
         )
-        parser.add_argument("--concurrency", type=int, default=1, help="Work processes to run (default 1).")
-        parser.add_argument("--burst", action="store_true", help="Exit once the queues are empty.")
-        parser.add_argument("--max-jobs", type=int, default=0, help="Each work process stops after N jobs.")
+        parser.add_argument(
+            "--concurrency",
+            type=whole(1, MAX_CONCURRENCY),
+            default=1,
+            help="Work processes to run (default 1).",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit once the queues are empty and no retry or delayed job is due within --burst-wait.",
+        )
+        parser.add_argument(
+            "--burst-wait",
+            type=real(0),
+            default=BURST_WAIT,
+            metavar="SECONDS",
+            help=f"With --burst: stay for retries and delayed jobs due within SECONDS ({BURST_WAIT:g}).",
+        )
+        parser.add_argument(
+            "--max-jobs", type=whole(0), default=0, help="Each work process stops after N jobs."
+        )
         parser.add_argument(
             "--metrics-port",
-            type=int,
+            type=whole(0, 65535),
             help="Serve Prometheus metrics of all work processes, combined, on this port (0: any free one).",
         )
         parser.add_argument(
@@ -35,6 +59,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        logs.console_defaults(options["verbosity"])
         if settings.DEBUG:
             logger.warning(
                 "DEBUG=True: django_jobs resets the query log after each job, but DEBUG slows workers."
@@ -44,6 +69,7 @@ class Command(BaseCommand):
                 options["queues"],
                 concurrency=options["concurrency"],
                 burst=options["burst"],
+                burst_wait=options["burst_wait"],
                 max_jobs=options["max_jobs"],
             )
         except ConfigurationError as exc:

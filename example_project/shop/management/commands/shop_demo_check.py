@@ -4,7 +4,9 @@
 inventory sync has succeeded after its retries and the card charge is dead-lettered, and fails
 at once if a job ends any other way, rather than waiting for the timeout. With ``--admin-url``
 it then logs in to the running admin over real HTTP and opens the dead-letter list, which is
-what a person trying the demo does next.
+what a person trying the demo does next. Last, it does what the demo tells that person to do
+about the declined charge (lower the order's total, requeue the dead letter) and waits for the
+order to be paid.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_jobs import deadletter
 from django_jobs.models import DeadLetter
-from example_project.shop.jobs import FLAKY_ATTEMPTS
+from example_project.shop.jobs import CARD_LIMIT, FLAKY_ATTEMPTS
 from example_project.shop.models import InventorySync, Order
 
 
@@ -73,11 +76,30 @@ def charge_dead_lettered(manifest: dict[str, Any]) -> str | None:
     return f"shop.charge_card dead-lettered on attempt 1 ({exception}), dead letter #{entry.pk}"
 
 
-CONDITIONS: list[Callable[[dict[str, Any]], str | None]] = [
+Condition = Callable[[dict[str, Any]], str | None]
+
+CONDITIONS: list[Condition] = [
     invoice_sent,
     inventory_synced,
     charge_dead_lettered,
 ]
+
+
+def fix_and_requeue(manifest: dict[str, Any]) -> str:
+    """What the demo tells an operator to do: fix the order's data, then requeue its dead letter."""
+    Order.objects.filter(pk=manifest["charge_order"]).update(total=CARD_LIMIT)
+    deadletter.requeue(DeadLetter.objects.filter(job_id=manifest["jobs"]["charge_card"]))
+    return f"lowered order #{manifest['charge_order']} to {CARD_LIMIT} and requeued its dead letter"
+
+
+def charge_paid_after_requeue(manifest: dict[str, Any]) -> str | None:
+    order = Order.objects.get(pk=manifest["charge_order"])
+    if order.status == Order.Status.PAID:
+        return f"the requeued shop.charge_card charged order #{order.pk}"
+    first = manifest["jobs"]["charge_card"]
+    if DeadLetter.objects.filter(job_name="shop.charge_card").exclude(job_id=first).exists():
+        raise Unexpected("the requeued shop.charge_card was dead-lettered again after its order was fixed.")
+    return None
 
 
 def check_admin(base_url: str, username: str, password: str, dead_letter_job: str) -> list[str]:
@@ -117,10 +139,9 @@ class Command(BaseCommand):
         parser.add_argument("--admin-user", default="demo")
         parser.add_argument("--admin-password", default="demo")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        manifest = json.loads(options["manifest"].read_text())
-        deadline = time.monotonic() + options["timeout"]
-        pending = list(CONDITIONS)
+    def wait(self, manifest: dict[str, Any], conditions: list[Condition], deadline: float) -> None:
+        """Poll until every condition is met; fail at once on an unexpected outcome, or at the deadline."""
+        pending = list(conditions)
         while pending:
             for condition in list(pending):
                 try:
@@ -131,10 +152,19 @@ class Command(BaseCommand):
                     self.stdout.write(f"ok: {met}")
                     pending.remove(condition)
             if pending and time.monotonic() > deadline:
-                names = ", ".join(c.__name__ for c in pending)
-                raise CommandError(f"Not reached within {options['timeout']:g} s: {names}.")
+                raise CommandError(f"Not reached in time: {', '.join(c.__name__ for c in pending)}.")
             if pending:
                 time.sleep(0.25)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        manifest = json.loads(options["manifest"].read_text())
+        deadline = time.monotonic() + options["timeout"]
+        self.wait(manifest, CONDITIONS, deadline)
+        self.visit_admin(options)
+        self.stdout.write(f"ok: {fix_and_requeue(manifest)}")
+        self.wait(manifest, [charge_paid_after_requeue], deadline)
+
+    def visit_admin(self, options: dict[str, Any]) -> None:
         if options["admin_url"]:
             try:
                 steps = check_admin(

@@ -1,0 +1,36 @@
+"""``{{ moment|when }}``: the one way the dashboard shows a time, in Python and in templates alike."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django import template
+from django.utils import dateformat, formats, timezone
+
+register = template.Library()
+
+
+@register.filter
+def when(value: dt.datetime | str | None) -> str:
+    """Django's localized ``DATETIME_FORMAT`` in the current time zone, with the zone's name.
+
+    The zone is always shown: a list, a group page and an attempt history are read side by side,
+    and by operators in other zones than the server's. An ISO string (as attempt histories and
+    RQ's job hashes store times) is read as UTC when it names no zone; other text is shown as is.
+    """
+    if not value:
+        return "-"
+    moment = _parse(value) if isinstance(value, str) else value
+    if moment is None:
+        return str(value)
+    if timezone.is_naive(moment):
+        moment = moment.replace(tzinfo=dt.UTC)
+    local = timezone.localtime(moment)
+    return f"{formats.date_format(local, 'DATETIME_FORMAT')} {dateformat.format(local, 'T')}"
+
+
+def _parse(text: str) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None

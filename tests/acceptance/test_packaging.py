@@ -1,0 +1,43 @@
+"""The wheel a user installs: its name on the package index, and the monitoring files it ships."""
+
+from __future__ import annotations
+
+import zipfile
+from email.parser import Parser
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from django_jobs.management.commands.jobs_deploy import FILES
+from tests.acceptance.packaging import once_per_run
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.acceptance, once_per_run]
+
+#: "django-jobs" on the package index is an unrelated project (a job board, 2010).
+DISTRIBUTION = "django-durable-jobs"
+
+
+def test_the_wheel_is_published_under_a_name_of_our_own(wheel: Path):
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        headers = Parser().parsestr(archive.read(metadata).decode())
+    assert headers["Name"] == DISTRIBUTION
+    assert wheel.name.startswith("django_durable_jobs-")
+
+
+def test_the_wheel_ships_the_alert_rules_and_the_dashboard(wheel: Path):
+    with zipfile.ZipFile(wheel) as archive:
+        for relative in FILES.values():
+            shipped = archive.read(f"django_jobs/deploy/{relative}")
+            assert shipped == (ROOT / "django_jobs" / "deploy" / relative).read_bytes(), relative
+
+
+@pytest.mark.parametrize("what", sorted(FILES))
+def test_jobs_deploy_prints_or_writes_each_file(what: str, tmp_path: Path, capsys):
+    source = (ROOT / "django_jobs" / "deploy" / FILES[what]).read_text()
+    call_command("jobs_deploy", what)
+    assert capsys.readouterr().out == source
+    call_command("jobs_deploy", what, "--output", str(tmp_path / "out"))
+    assert (tmp_path / "out").read_text() == source

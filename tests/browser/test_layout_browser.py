@@ -1,0 +1,74 @@
+"""The dashboard laid out for a laptop: at 1280 and 1440 px wide, with Django's navigation sidebar
+open (its default), the list's columns, the groups table and its buttons fit without sideways scrolling."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.test_dashboard_browser import log_in, user_with
+from tests.integration.dashboard_support import ALL_PERMISSIONS, record
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
+
+#: What real failures look like: long dotted names and a message that runs on.
+FAILURES = [
+    ("billing.send_invoice_reminder", "requests.exceptions.ConnectionError",
+     "HTTPSConnectionPool(host='api.payments.example.com', port=443): Max retries exceeded with url: "
+     "/v2/invoices/90210/reminders (Caused by NewConnectionError('Failed to establish a new connection'))",
+     "send_reminder"),
+    ("partners.push_order_to_warehouse", "django.core.exceptions.ValidationError",
+     "['Enter a valid postal code for the destination country of order 1001.']", "push_order"),
+    ("shop.sync_catalog_page", "tests.testapp.jobs.Invalid", "bad input", "sync_page"),
+]  # fmt: skip
+
+#: Overflow of an element (scrollWidth beyond its box), and how far right its last cell reaches.
+MEASURE = """(selector) => {
+    const box = document.querySelector(selector);
+    const page = document.documentElement;
+    return {overflow: box.scrollWidth - box.clientWidth, pageOverflow: page.scrollWidth - page.clientWidth,
+            viewport: page.clientWidth};
+}"""
+
+
+def right_edge(locator) -> float:
+    box = locator.bounding_box()
+    assert box is not None
+    return box["x"] + box["width"]
+
+
+@pytest.fixture
+def operator_page(page, expect):
+    for job_name, exception, message, function in FAILURES:
+        for _ in range(2):
+            record(job_name, exception=exception, message=message, function=function)
+    user_with("operator", *ALL_PERMISSIONS)
+    log_in(page, expect, "operator")
+    expect(page.locator("#nav-sidebar")).to_be_visible()  # the default: sidebar open
+    return page
+
+
+@pytest.mark.parametrize("width", [1280, 1440])
+def test_the_list_fits_with_the_sidebar_open(operator_page, expect, screenshot, width):
+    page = operator_page
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto("/admin/django_jobs/deadletter/")
+    screenshot(page, f"layout-list-{width}")
+    sizes = page.evaluate(MEASURE, "#changelist .results")
+    assert sizes["overflow"] <= 0 and sizes["pageOverflow"] <= 0, sizes
+    status = page.locator("#result_list thead th.column-status")
+    assert right_edge(status) <= sizes["viewport"]
+    message = page.locator("#result_list tbody .djjobs-message").first
+    assert message.bounding_box()["width"] >= 200  # a readable column, not one word per line
+
+
+@pytest.mark.parametrize("width", [1280, 1440])
+def test_the_groups_page_fits_with_the_sidebar_open(operator_page, expect, screenshot, width):
+    page = operator_page
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto("/admin/django_jobs/deadletter/groups/")
+    expect(page.locator("#groups tbody tr")).to_have_count(3)
+    screenshot(page, f"layout-groups-{width}")
+    sizes = page.evaluate(MEASURE, "#groups")
+    assert sizes["pageOverflow"] <= 0, sizes
+    for button in page.locator("#groups a.button").all():
+        assert right_edge(button) <= sizes["viewport"]
