@@ -30,52 +30,18 @@ from redis.exceptions import RedisError
 from .conf import jobs_settings
 from .connections import get_connection, queue_configs
 from .exceptions import ConfigurationError
+from .store import keys, load
 
 if TYPE_CHECKING:
     from .models import DeadLetter
 
 logger = logging.getLogger("django_jobs.alerts")
 
-DUE = "djjobs:alertdue"  # fingerprint -> when its window closes, for groups with counted dead letters
+DUE = keys.ALERT_DUE  # fingerprint -> when its window closes, for groups with counted dead letters
 #: Seconds a group's count outlives its window when no runjobs flushes it; the next alert reports it.
 _KEEP = 7 * 24 * 3600
+_PREFIXES = [keys.ALERT_WINDOW_PREFIX, keys.ALERT_COUNT_PREFIX, keys.ALERT_LAST_PREFIX]
 
-# KEYS: window marker, count, last counted dead letter, DUE. ARGV: window, dead letter pk, fingerprint, keep.
-# Returns how many dead letters to report now: this one plus any counted but never reported; 0 = only counted.
-_GATE = """
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
-  local earlier = tonumber(redis.call('GET', KEYS[2]) or '0')
-  redis.call('DEL', KEYS[2], KEYS[3])
-  redis.call('ZREM', KEYS[4], ARGV[3])
-  return earlier + 1
-end
-redis.call('INCR', KEYS[2])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-redis.call('SET', KEYS[3], ARGV[2], 'EX', ARGV[4])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-redis.call('ZADD', KEYS[4], 'NX', now + redis.call('PTTL', KEYS[1]) / 1000, ARGV[3])
-return 0
-"""
-
-# KEYS: DUE. ARGV: window, batch size. Returns {fingerprint, count, last dead letter pk} per closed window;
-# each summary opens the next window.
-_FLUSH = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local out = {}
-for _, fp in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[2])) do
-  redis.call('ZREM', KEYS[1], fp)
-  local count = tonumber(redis.call('GET', 'djjobs:alertcount:' .. fp) or '0')
-  local last = redis.call('GET', 'djjobs:alertlast:' .. fp)
-  redis.call('DEL', 'djjobs:alertcount:' .. fp, 'djjobs:alertlast:' .. fp)
-  if count > 0 and last then
-    redis.call('SET', 'djjobs:alert:' .. fp, '1', 'EX', ARGV[1])
-    table.insert(out, {fp, count, last})
-  end
-end
-return out
-"""
 
 _FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
 
@@ -174,9 +140,8 @@ def _connection(queue: str) -> Redis:
 
 def _gate(dead_letter: DeadLetter, key: str) -> int:
     window = max(1, round(jobs_settings.ALERT_WINDOW))
-    keys = [f"djjobs:alert:{key}", f"djjobs:alertcount:{key}", f"djjobs:alertlast:{key}", DUE]
-    script = _connection(dead_letter.queue).register_script(_GATE)
-    return int(script(keys=keys, args=[window, dead_letter.pk, key, _KEEP]))
+    script = load(_connection(dead_letter.queue), "alert_gate")
+    return int(script(keys=keys.alert_keys(key), args=[window, dead_letter.pk, key, _KEEP]))
 
 
 def _run_hooks(alert: Alert) -> None:
@@ -211,7 +176,7 @@ def flush(connection: Redis, batch: int = 100) -> int:
     window = max(1, round(jobs_settings.ALERT_WINDOW))
     groups = [
         (key.decode(), int(count), int(pk))
-        for key, count, pk in connection.register_script(_FLUSH)(keys=[DUE], args=[window, batch])
+        for key, count, pk in load(connection, "alert_flush")(keys=[DUE], args=[window, batch, *_PREFIXES])
     ]
     entries = DeadLetter.objects.in_bulk([pk for _, _, pk in groups])
     sent = [Alert(entries[pk], key, count, summary=True) for key, count, pk in groups if pk in entries]

@@ -33,29 +33,9 @@ from redis.exceptions import RedisError
 from . import cron
 from .connections import connection_identity, get_connection, queue_configs
 from .models import DeadLetter, OutboxEntry
+from .store import keys, load, parse_rq_timestamp, text
 
 logger = logging.getLogger("django_jobs.metrics")
-
-# KEYS: queue names. Returns {{depth, head's enqueued_at or '', scheduled}, ...} in KEYS order, then
-# {state, hostname, queues} of each registered worker whose record has not expired.
-_SNAPSHOT = """
-local queues = {}
-for i, q in ipairs(KEYS) do
-  local head = redis.call('LINDEX', 'rq:queue:' .. q, 0)
-  local enqueued = ''
-  if head then
-    local value = redis.pcall('HGET', 'rq:job:' .. head, 'enqueued_at')
-    if type(value) == 'string' then enqueued = value end
-  end
-  queues[i] = {redis.call('LLEN', 'rq:queue:' .. q), enqueued, redis.call('ZCARD', 'rq:scheduled:' .. q)}
-end
-local workers = {}
-for _, key in ipairs(redis.call('SMEMBERS', 'rq:workers')) do
-  local record = redis.pcall('HMGET', key, 'state', 'hostname', 'queues')
-  if type(record) == 'table' and record[1] then table.insert(workers, record) end
-end
-return {queues, workers}
-"""
 
 
 @dataclass(frozen=True)
@@ -81,16 +61,15 @@ class Snapshot:
     workers: list[Worker]
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def _age(enqueued_at: str, now: dt.datetime) -> float | None:
-    try:
-        enqueued = dt.datetime.strptime(enqueued_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
-    except ValueError:
+def _age(enqueued_at: bytes, now: dt.datetime) -> float | None:
+    enqueued = parse_rq_timestamp(enqueued_at)
+    if enqueued is None:
         return None
     return max((now - enqueued).total_seconds(), 0.0)
+
+
+def _snapshot_keys(queues: Sequence[str]) -> list[str]:
+    return [keys.WORKERS_SET, *(key for q in queues for key in (keys.queue_key(q), keys.scheduled_key(q)))]
 
 
 def snapshot(queues: Sequence[str]) -> Iterator[Snapshot]:
@@ -100,15 +79,17 @@ def snapshot(queues: Sequence[str]) -> Iterator[Snapshot]:
         servers.setdefault(connection_identity(queue), []).append(queue)
     for names in servers.values():
         connection = get_connection(names[0])
-        raw_queues, raw_workers = connection.register_script(_SNAPSHOT)(keys=names)
+        raw_queues, raw_workers = load(connection, "snapshot")(
+            keys=_snapshot_keys(names), args=[keys.JOB_PREFIX]
+        )
         now = dt.datetime.now(dt.UTC)
         yield Snapshot(
             [
-                QueueStats(name, int(depth), _age(_text(enqueued), now) if depth else 0.0, int(scheduled))
+                QueueStats(name, int(depth), _age(enqueued, now) if depth else 0.0, int(scheduled))
                 for name, (depth, enqueued, scheduled) in zip(names, raw_queues, strict=True)
             ],
             [
-                Worker(_text(state), _text(host or b""), frozenset(_text(served or b"").split(",")))
+                Worker(text(state), text(host or b""), frozenset(text(served or b"").split(",")))
                 for state, host, served in raw_workers
             ],
         )

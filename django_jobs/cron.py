@@ -31,6 +31,7 @@ from . import registry
 from .conf import jobs_settings
 from .enqueue import Options, enqueue_calls
 from .models import CronRun
+from .store import keys
 
 logger = logging.getLogger("django_jobs.cron")
 
@@ -117,7 +118,7 @@ class Scheduler:
         period later; the ``CronRun`` row, unique per period, is what stops a double fire.
         """
         name = schedule.job.name
-        lock = f"djjobs:cron:{name}:{int(start.timestamp())}"
+        lock = keys.cron_lock(name, start)
         ttl = max(60, math.ceil(2 * (deadline - start).total_seconds()))
         if not self.connection.set(lock, self.token, nx=True, ex=ttl) and self.connection.get(lock) != (
             self.token.encode()

@@ -26,7 +26,7 @@ from .enqueue import Options, build, deliver
 from .exceptions import JobNotFound, PayloadError
 from .models import DeadLetter
 from .signals import job_dead_lettered
-from .store import Store, int_field, surrogate_id, to_bytes, to_text, valid_job_id
+from .store import JobRecord, Store, surrogate_id, to_bytes, to_text, valid_job_id
 from .triage import triage
 
 logger = logging.getLogger("django_jobs.deadletter")
@@ -134,12 +134,12 @@ _POISON = (
 )
 
 
-def _payload_parts(fields: dict[str, bytes]) -> tuple[str, list[Any], dict[str, Any]]:
+def _payload_parts(job: JobRecord) -> tuple[str, list[Any], dict[str, Any]]:
     try:
-        return payload.loads_tagged(fields.get("data", b""))
+        return payload.loads_tagged(job.data)
     except PayloadError:
         # RQ's description is the call with its arguments' repr: keep the name, never the arguments
-        return to_text(fields.get("description", b"(unknown)")).partition("(")[0] or "(unknown)", [], {}
+        return to_text(job.fields.get("description", b"(unknown)")).partition("(")[0] or "(unknown)", [], {}
 
 
 def _storable_id(job_id: str, clean: _Storable) -> str:
@@ -159,8 +159,9 @@ def _storable_reason(reason: str, clean: _Storable) -> str:
 
 
 def _columns(failure: Failure, fields: dict[str, bytes], clean: _Storable) -> dict[str, Any]:
-    name, args, kwargs = _payload_parts(fields)
-    data = fields.get("data", b"")
+    job = JobRecord(failure.job_id, fields)
+    name, args, kwargs = _payload_parts(job)
+    data = job.data
     name = clean.text("job_name", name, 200)
     exception = clean.text("exception", failure.exception, 300)
     traceback = clean.text("traceback", failure.traceback, TRACEBACK_CHARS, tail=True)
@@ -176,7 +177,7 @@ def _columns(failure: Failure, fields: dict[str, bytes], clean: _Storable) -> di
         "traceback": traceback,
         "raised_at": facts.raised_at,
         "fingerprint": facts.fingerprint,
-        "attempts": min(max(int_field(fields, "dj_attempt", 0), 0), 2**31 - 1),  # any integer column
+        "attempts": min(max(job.attempt, 0), 2**31 - 1),  # any integer column
         "history": history,
         "reason": _storable_reason(failure.reason, clean),
         "first_failed_at": _storable_time(facts.first_failed_at),

@@ -95,11 +95,7 @@ def _notify(signal: Signal, name: str, claimed: Claimed, **kwargs: Any) -> None:
 
 
 def _history(claimed: Claimed, failed: Failed) -> list[dict[str, Any]]:
-    try:
-        history = json.loads(claimed.fields.get("dj_history", b"[]"))
-        history = history if isinstance(history, list) else []
-    except (ValueError, RecursionError):  # garbage in a job's own field must not stop its settling
-        history = []
+    history = claimed.record.history  # garbage in a job's own field must not stop its settling
     entry = {
         "attempt": claimed.attempt,
         "at": dt.datetime.now(dt.UTC).isoformat(),
@@ -112,9 +108,7 @@ def _history(claimed: Claimed, failed: Failed) -> list[dict[str, Any]]:
 def settle_failure(store: Store, claimed: Claimed, exc: BaseException, *, lost: bool = False) -> Outcome:
     """Retry with backoff or dead-letter. ``lost``: the lease already moved to LOST (worker died)."""
     try:
-        definition: registry.Job[Any, Any] | None = registry.get(
-            payload.loads(claimed.fields.get("data", b""))[0]
-        )
+        definition: registry.Job[Any, Any] | None = registry.get(payload.loads(claimed.record.data)[0])
     except (JobNotFound, PayloadError):
         definition = None
     failed = _judge(exc, claimed, definition)
@@ -207,11 +201,10 @@ def db_hygiene() -> None:
 
 
 def queue_wait(claimed: Claimed) -> float | None:
-    try:
-        enqueued = dt.datetime.strptime(claimed.fields["enqueued_at"].decode(), "%Y-%m-%dT%H:%M:%S.%fZ")
-    except (KeyError, ValueError, UnicodeDecodeError):
+    enqueued = claimed.record.time("enqueued_at")
+    if enqueued is None:
         return None
-    return max((dt.datetime.now(dt.UTC).replace(tzinfo=None) - enqueued).total_seconds(), 0.0)
+    return max((dt.datetime.now(dt.UTC) - enqueued).total_seconds(), 0.0)
 
 
 def report(
@@ -235,7 +228,7 @@ def report(
 
 def report_settled(outcome: Outcome, claimed: Claimed, exc: BaseException | None = None) -> None:
     """:func:`report` for an attempt settled outside its work process, named from the job hash."""
-    report(outcome, claimed.fields.get("description", b"").decode(errors="replace"), claimed, exc)
+    report(outcome, claimed.record.name, claimed, exc)
 
 
 def _attempt(
@@ -269,7 +262,7 @@ def run(
     started = time.perf_counter()
     name = "(unknown)"
     try:
-        name, args, kwargs = payload.loads(claimed.fields.get("data", b""))
+        name, args, kwargs = payload.loads(claimed.record.data)
         definition = registry.get(name)
     except (PayloadError, JobNotFound) as exc:
         outcome = settle_failure(store, claimed, exc)

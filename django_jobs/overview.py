@@ -21,11 +21,21 @@ from redis.exceptions import RedisError
 from . import registry, stats
 from .connections import connection_identity, get_connection, queue_configs
 from .models import DeadLetter, OutboxEntry
-from .store import DYING, LOST, job_key, queue_key, scheduled_key, wip_key
+from .store import (
+    DYING,
+    LOST,
+    Status,
+    job_key,
+    keys,
+    parse_rq_timestamp,
+    queue_key,
+    scheduled_key,
+    text,
+    wip_key,
+)
 
 #: Scheduled jobs looked at per queue to tell retries (attempt > 0) from delayed jobs.
 RETRY_SAMPLE = 200
-_RQ_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
 
 
 @dataclass(frozen=True)
@@ -77,7 +87,7 @@ class Overview:
 
 
 def _text(value: bytes | None) -> str:
-    return value.decode(errors="replace") if value is not None else ""
+    return text(value) if value is not None else ""
 
 
 def _attempt(value: bytes | None) -> int:
@@ -88,9 +98,8 @@ def _attempt(value: bytes | None) -> int:
 
 
 def _age(stamp: bytes | None, now: dt.datetime) -> float | None:
-    try:
-        then = dt.datetime.strptime(_text(stamp), _RQ_TIME).replace(tzinfo=dt.UTC)
-    except ValueError:
+    then = parse_rq_timestamp(stamp)
+    if then is None:
         return None
     return max((now - then).total_seconds(), 0.0)
 
@@ -104,7 +113,7 @@ def _redis_part(connection: Redis, queues: Sequence[str], now: dt.datetime, into
             pipe.zcard(wip_key(queue))
             pipe.zcard(scheduled_key(queue))
             pipe.zrange(scheduled_key(queue), 0, RETRY_SAMPLE - 1)
-        pipe.smembers("rq:workers")
+        pipe.smembers(keys.WORKERS_SET)
         pipe.zcard(DYING)
         pipe.zcard(LOST)
         first = pipe.execute()
@@ -144,10 +153,10 @@ def _redis_part(connection: Redis, queues: Sequence[str], now: dt.datetime, into
             pipe.hmget(job_key(_text(worker.get(b"current_job"))), ["description", "status"])
         jobs = pipe.execute()
     for (key, worker), (job_name, status) in zip(workers, jobs, strict=True):
-        running = status == b"started"
+        running = status == Status.STARTED.encode()
         into.workers.append(
             WorkerState(
-                name=key.removeprefix("rq:worker:"),
+                name=key.removeprefix(keys.WORKER_PREFIX),
                 hostname=_text(worker.get(b"hostname")),
                 pid=_text(worker.get(b"pid")),
                 state="busy" if running else "idle",

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from redis import Redis
 from redis.exceptions import RedisError
 
+from .store import keys
+
 logger = logging.getLogger("django_jobs.stats")
 
 MINUTE_TTL = 2 * 3600
@@ -27,12 +29,8 @@ HOURS = 24
 SUCCESS = "success"
 
 
-def minute_key(when: dt.datetime) -> str:
-    return f"djjobs:stats:m:{when.astimezone(dt.UTC):%Y%m%d%H%M}"
-
-
-def hour_key(when: dt.datetime) -> str:
-    return f"djjobs:stats:h:{when.astimezone(dt.UTC):%Y%m%d%H}"
+minute_key = keys.stats_minute
+hour_key = keys.stats_hour
 
 
 # Outcomes recorded in this process and not yet written: (minute, "<job>|<outcome>") -> count.

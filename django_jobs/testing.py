@@ -231,13 +231,6 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
         outcome = execution.run(store, claimed)
         finished = (claimed.token, claimed.queue) if outcome is execution.Outcome.SUCCESS else None
     if finished is not None:
-        store.complete_and_claim(
-            [],
-            finished=finished,
-            worker_name="django_jobs.testing",
-            lease_seconds=0,
-            nonce="",
-            finished_ttl=jobs_settings.FINISHED_TTL,
-        )
+        store.complete(*finished, jobs_settings.FINISHED_TTL)
     stats.flush(store.connection, every=0)
     return ran

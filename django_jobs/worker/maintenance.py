@@ -116,11 +116,6 @@ class Vanished(Unreadable):
     reason = DeadLetter.Reason.VANISHED
 
 
-def _text(fields: dict[str, bytes], name: str, default: str) -> str:
-    value = fields.get(name)
-    return default if value is None else value.decode(errors="replace")
-
-
 def _exc_path(exc: BaseException) -> str:
     return f"{type(exc).__module__}.{type(exc).__qualname__}"
 
@@ -229,39 +224,31 @@ class Maintenance:
     def _quarantine(self, key: str, member: bytes, exc: Exception) -> None:
         """Write the item's dead letter (reason from ``exc``), then remove it from ``key``."""
         raw_id = _raw_id(key, member)
-        fields = self._fields(raw_id)
+        record = self.store.record(raw_id)
         failure = deadletter.Failure(
             job_id=to_text(raw_id or member),  # an id that breaks the rule is filed under a surrogate
-            queue=_text(fields, "origin", ""),
+            queue=record.queue,
             reason=getattr(exc, "reason", DeadLetter.Reason.UNREADABLE),
             exception=_exc_path(exc),
             message=str(exc),
         )
-        deadletter.quarantine(failure, fields, source=key, member=member)
-        self.store.settled(key, member, raw_id, jobs_settings.FINISHED_TTL, _text(fields, "origin", ""))
+        deadletter.quarantine(failure, record.snapshot, source=key, member=member)
+        self.store.settled(key, member, raw_id, jobs_settings.FINISHED_TTL, record.queue)
         self.strikes.forget((key, member))
-
-    def _fields(self, job_id: str | bytes) -> dict[str, bytes]:
-        try:
-            return self.store.job_fields(job_id)
-        except redis_errors.ResponseError as exc:  # not a hash: keep what Redis says about it
-            return {"origin": b"", "redis_error": str(exc).encode()}
 
     def _settle_lost(self, member: bytes) -> None:
         job_id = _job_id(_raw_id(LOST, member))
         token = _decoded(member, "lease token")
-        fields = self._fields(job_id)
-        if not fields:
+        record = self.store.record(job_id)
+        if record.readable and not record.exists:
             raise Vanished("The job's hash is gone from Redis (evicted or deleted); nothing can run it.")
-        if "redis_error" in fields or not fields.get("origin"):
-            raise Unreadable(
-                f"The job hash names no queue: {_text(fields, 'redis_error', 'no origin field')}"
-            )
-        queue = _decoded(fields["origin"], "queue name in the job hash")
+        if not record.readable or not record.fields.get("origin"):
+            raise Unreadable(f"The job hash names no queue: {record.problem or 'no origin field'}")
+        queue = _decoded(record.fields["origin"], "queue name in the job hash")
         if queue not in self.queues:
             self.store.defer(LOST, member, FOREIGN_AFTER)  # the runjobs serving that queue settles it
             return
-        claimed = Claimed(queue, job_id, token, fields)
+        claimed = Claimed(queue, job_id, token, record)
         outcome = execution.settle_failure(
             store=self.store, claimed=claimed, lost=True, exc=WorkerLost("The worker running this job died.")
         )
@@ -269,23 +256,19 @@ class Maintenance:
 
     def _bury(self, member: bytes) -> None:
         job_id = _job_id(member)
-        fields = self._fields(job_id)
-        if not fields:
+        record = self.store.record(job_id)
+        if record.readable and not record.exists:
             raise Vanished("The dead job's hash is gone from Redis (evicted or deleted).")
-        try:
-            history = json.loads(fields.get("dj_history", b"[]"))
-        except ValueError:
-            history = []
         failure = deadletter.Failure(
             job_id=job_id,
-            queue=_text(fields, "origin", ""),
-            reason=_text(fields, "dj_reason", DeadLetter.Reason.UNDECODABLE.value),
-            exception=_text(fields, "dj_exception", "django_jobs.exceptions.PayloadError"),
-            message=_text(fields, "dj_message", "The job hash in Redis is not a django_jobs job."),
-            traceback=_text(fields, "exc_info", ""),
-            history=history if isinstance(history, list) else [],
+            queue=record.queue,
+            reason=record.text("dj_reason", DeadLetter.Reason.UNDECODABLE.value),
+            exception=record.text("dj_exception", "django_jobs.exceptions.PayloadError"),
+            message=record.text("dj_message", "The job hash in Redis is not a django_jobs job."),
+            traceback=record.text("exc_info"),
+            history=record.history,
         )
-        deadletter.bury(self.store, failure, fields)
+        deadletter.bury(self.store, failure, record.snapshot)
 
     # --- the outbox relay ---------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from .. import execution, metrics, stats
 from ..conf import jobs_settings
 from ..exceptions import JobTimeout, WorkerLost
 from ..logs import redis_location
-from ..store import Claimed, Store, rq_timestamp
+from ..store import Claimed, Store, keys, rq_timestamp, split_token
 from .maintenance import Maintenance
 from .process import BURST_WAIT, WorkProcess, die_with_parent
 
@@ -233,17 +233,10 @@ class Supervisor:
                 self.store.release(slot.token, slot.queue)
                 return
             if slot.deadline is None or slot.returned:  # it succeeded; only the completion was missing
-                self.store.complete_and_claim(
-                    [],
-                    finished=(slot.token, slot.queue),
-                    worker_name=slot.name,
-                    lease_seconds=0,
-                    nonce="",
-                    finished_ttl=jobs_settings.FINISHED_TTL,
-                )
+                self.store.complete(slot.token, slot.queue, jobs_settings.FINISHED_TTL)
                 return
-            job_id = slot.token.rpartition(":")[0]
-            claimed = Claimed(slot.queue, job_id, slot.token, self.store.job_fields(job_id))
+            job_id = split_token(slot.token)
+            claimed = Claimed(slot.queue, job_id, slot.token, self.store.record(job_id))
             exc: Exception = (
                 JobTimeout("The job ran past its timeout and was killed.")
                 if slot.timed_out
@@ -312,8 +305,8 @@ class Supervisor:
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         with self.connection.pipeline(transaction=False) as pipe:
             for slot in self.slots.values():
-                key = f"rq:worker:{slot.name}"
-                job_id = slot.token.rpartition(":")[0] if slot.token else ""
+                key = keys.worker_key(slot.name)
+                job_id = split_token(slot.token) if slot.token else ""
                 pipe.hset(
                     key,
                     mapping={
@@ -327,19 +320,19 @@ class Supervisor:
                 )
                 pipe.hsetnx(key, "birth", stamp)
                 pipe.expire(key, int(lease * 3))
-                pipe.sadd("rq:workers", key)
+                pipe.sadd(keys.WORKERS_SET, key)
                 for queue in self.queues:
-                    pipe.sadd(f"rq:workers:{queue}", key)
+                    pipe.sadd(keys.queue_workers_key(queue), key)
             pipe.execute()
 
     def _unregister(self, slot: Slot) -> None:
-        key = f"rq:worker:{slot.name}"
+        key = keys.worker_key(slot.name)
         try:
             with self.connection.pipeline(transaction=False) as pipe:
                 pipe.delete(key)
-                pipe.srem("rq:workers", key)
+                pipe.srem(keys.WORKERS_SET, key)
                 for queue in self.queues:
-                    pipe.srem(f"rq:workers:{queue}", key)
+                    pipe.srem(keys.queue_workers_key(queue), key)
                 pipe.execute()
         except RedisError:
             pass  # the hash expires by itself

@@ -34,6 +34,14 @@ def test_the_wheel_ships_the_alert_rules_and_the_dashboard(wheel: Path):
             assert shipped == (ROOT / "django_jobs" / "deploy" / relative).read_bytes(), relative
 
 
+def test_the_wheel_ships_the_store_scripts(wheel: Path):
+    scripts = sorted((ROOT / "django_jobs" / "store" / "lua").glob("*.lua"))
+    assert scripts
+    with zipfile.ZipFile(wheel) as archive:
+        for script in scripts:
+            assert archive.read(f"django_jobs/store/lua/{script.name}") == script.read_bytes(), script.name
+
+
 @pytest.mark.parametrize("what", sorted(FILES))
 def test_jobs_deploy_prints_or_writes_each_file(what: str, tmp_path: Path, capsys):
     source = (ROOT / "django_jobs" / "deploy" / FILES[what]).read_text()

@@ -8,11 +8,11 @@ import logging
 import pytest
 
 from django_jobs import logs
-from django_jobs.store import Claimed
+from django_jobs.store import Claimed, JobRecord
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs
 
-CLAIMED = Claimed("emails", "0123abcd", "0123abcd:nonce", {"dj_attempt": b"2"})
+CLAIMED = Claimed("emails", "0123abcd", "0123abcd:nonce", JobRecord("0123abcd", {"dj_attempt": b"2"}))
 FIELDS = {"job": "billing.send_invoice", "job_id": "0123abcd", "queue": "emails", "attempt": 2}
 
 

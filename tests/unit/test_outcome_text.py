@@ -9,10 +9,10 @@ import logging
 import pytest
 
 from django_jobs import cron, logs
-from django_jobs.store import Claimed
+from django_jobs.store import Claimed, JobRecord
 from tests.testapp.jobs import RAISES
 
-CLAIMED = Claimed("default", "0123abcd", "0123abcd:nonce", {"dj_attempt": b"1"})
+CLAIMED = Claimed("default", "0123abcd", "0123abcd:nonce", JobRecord("0123abcd", {"dj_attempt": b"1"}))
 
 
 class ModuleNamesNothing(Exception):

@@ -1,0 +1,61 @@
+"""The job store in Redis: key names (:mod:`.keys`), the job record (:mod:`.record`), and the
+state machine of Lua-scripted transitions (:mod:`.machine`, scripts in ``lua/``)."""
+
+from __future__ import annotations
+
+from .keys import (
+    DYING,
+    JOB_PREFIX,
+    LEASES,
+    LOST,
+    QUEUES_SET,
+    job_key,
+    queue_key,
+    scheduled_key,
+    wake_key,
+    wip_key,
+)
+from .machine import Claimed, Pushable, Store, load
+from .record import (
+    JOB_ID,
+    JobRecord,
+    Status,
+    int_field,
+    parse_rq_timestamp,
+    rq_timestamp,
+    split_token,
+    surrogate_id,
+    text,
+    to_bytes,
+    to_text,
+    valid_job_id,
+)
+
+__all__ = [
+    "DYING",
+    "JOB_ID",
+    "JOB_PREFIX",
+    "LEASES",
+    "LOST",
+    "QUEUES_SET",
+    "Claimed",
+    "JobRecord",
+    "Pushable",
+    "Status",
+    "Store",
+    "int_field",
+    "job_key",
+    "load",
+    "parse_rq_timestamp",
+    "queue_key",
+    "rq_timestamp",
+    "scheduled_key",
+    "split_token",
+    "surrogate_id",
+    "text",
+    "to_bytes",
+    "to_text",
+    "valid_job_id",
+    "wake_key",
+    "wip_key",
+]

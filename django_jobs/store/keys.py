@@ -1,0 +1,104 @@
+"""Every Redis key name django_jobs reads or writes, built here and nowhere else.
+
+Jobs live where RQ keeps them, so ``rq info`` and the django-rq views read them:
+
+* ``rq:job:<id>``        the job hash (``data`` is JSON shaped like RQ's JSONSerializer output);
+* ``rq:queue:<q>``       the FIFO list of ready job ids; ``rq:queues`` the set of queue keys;
+* ``rq:scheduled:<q>``   due time -> job id, for retries and delayed jobs;
+* ``rq:wip:<q>``         RQ's started registry, scored ``+inf`` so RQ's own cleanup never reaps our jobs;
+* ``rq:worker:<name>``   RQ's worker record; ``rq:workers`` and ``rq:workers:<q>`` the sets of them.
+
+django_jobs adds what RQ lacks:
+
+* ``djjobs:leases``      ``<id>:<token>`` scored by lease expiry (Redis server time). The token
+  fences a stale attempt: once its lease is gone, its completion is refused.
+* ``djjobs:lost``        attempts whose worker died; the supervisor decides retry or dead letter.
+  Scored by when they are due to be looked at: an item a pass could not settle goes behind the others.
+* ``djjobs:dying``       jobs being dead-lettered; they leave only once the database row exists.
+* ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
+* ``djjobs:unique:<k>``  the job holding a unique key; ``djjobs:slots:<name>`` and
+  ``djjobs:rate:<name>:<window>`` a job type's concurrency slots and rate counters.
+* ``djjobs:cron:<name>:<period>`` a periodic job's fire lock; ``djjobs:stats:*`` the outcome counters;
+  ``djjobs:alert*`` the alert windows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+JOB_PREFIX = "rq:job:"
+QUEUE_PREFIX = "rq:queue:"
+QUEUES_SET = "rq:queues"
+WORKER_PREFIX = "rq:worker:"
+WORKERS_SET = "rq:workers"
+LEASES = "djjobs:leases"
+LOST = "djjobs:lost"
+DYING = "djjobs:dying"
+ALERT_DUE = "djjobs:alertdue"
+#: Prefixes of the alert keys of one fingerprint (a script scanning ALERT_DUE appends the fingerprint).
+ALERT_WINDOW_PREFIX = "djjobs:alert:"
+ALERT_COUNT_PREFIX = "djjobs:alertcount:"
+ALERT_LAST_PREFIX = "djjobs:alertlast:"
+
+
+def job_key(job_id: str) -> str:
+    return JOB_PREFIX + job_id
+
+
+def queue_key(queue: str) -> str:
+    return QUEUE_PREFIX + queue
+
+
+def scheduled_key(queue: str) -> str:
+    return f"rq:scheduled:{queue}"
+
+
+def wip_key(queue: str) -> str:
+    return f"rq:wip:{queue}"
+
+
+def wake_key(queue: str) -> str:
+    return f"djjobs:wake:{queue}"
+
+
+def unique_key(key: str) -> str:
+    return f"djjobs:unique:{key}"
+
+
+def slots_key(name: str) -> str:
+    return f"djjobs:slots:{name}"
+
+
+def rate_prefix(name: str) -> str:
+    """The rate counters of ``name`` are this prefix plus the window number (Redis time / period)."""
+    return f"djjobs:rate:{name}:"
+
+
+def worker_key(name: str) -> str:
+    return WORKER_PREFIX + name
+
+
+def queue_workers_key(queue: str) -> str:
+    return f"{WORKERS_SET}:{queue}"
+
+
+def cron_lock(name: str, start: dt.datetime) -> str:
+    return f"djjobs:cron:{name}:{int(start.timestamp())}"
+
+
+def stats_minute(when: dt.datetime) -> str:
+    return f"djjobs:stats:m:{when.astimezone(dt.UTC):%Y%m%d%H%M}"
+
+
+def stats_hour(when: dt.datetime) -> str:
+    return f"djjobs:stats:h:{when.astimezone(dt.UTC):%Y%m%d%H}"
+
+
+def alert_keys(fingerprint: str) -> list[str]:
+    """A group's window marker, count and last counted dead letter, then :data:`ALERT_DUE`."""
+    return [
+        ALERT_WINDOW_PREFIX + fingerprint,
+        ALERT_COUNT_PREFIX + fingerprint,
+        ALERT_LAST_PREFIX + fingerprint,
+        ALERT_DUE,
+    ]

@@ -1,0 +1,94 @@
+-- Finish the previous job, then claim the next one from the queues (in priority order).
+-- KEYS[1] leases, KEYS[2] dying; then three keys per queue (its list, scheduled set, wip set);
+-- then the slot keys of the limited job names; then, when a job finished, its wip set and its hash.
+-- ARGV[1] finished token or '', ARGV[2] number of queues, ARGV[3] ended_at, ARGV[4] finished ttl,
+-- ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
+-- ARGV[9] JSON {job name or alias: [concurrency, rate count, rate period, index of its slot key or 0,
+-- rate counter prefix]} (slots and rate windows are keyed by the canonical name, so aliases share them),
+-- ARGV[10] seconds a limited job waits, ARGV[11] the job hash prefix.
+-- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), and a rate
+-- counter (its name holds the window, from Redis time); both built from prefixes in ARGV, on this server.
+-- The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
+-- Nothing after the LPOP may raise: a script error would leave the popped id nowhere.
+-- Returns {finished_ok, queue number, id, token, fields} (fields as they were before the claim),
+-- {finished_ok, 'deferred'} after deferring a batch of limited jobs, or {finished_ok}.
+${NOW}
+local leases, dying = KEYS[1], KEYS[2]
+local finished = 0
+if ARGV[1] ~= '' then
+  if redis.call('ZREM', leases, ARGV[1]) == 1 then
+    finished = 1
+    redis.call('ZREM', KEYS[#KEYS - 1], ARGV[1])
+    redis.call('HSET', KEYS[#KEYS], 'status', '${FINISHED}', 'ended_at', ARGV[3])
+    redis.call('EXPIRE', KEYS[#KEYS], ARGV[4])
+  end
+end
+local limits = cjson.decode(ARGV[9])
+local backoff = tonumber(ARGV[10])
+local deferred = 0
+
+-- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
+local function limit_of(name)
+  return limits[name] or limits[string.match(name, '^[^(]*')]
+end
+
+-- A job over its type's concurrency or rate limit waits in the scheduled set; no attempt is spent.
+local function blocked(limit)
+  if not limit then return nil end
+  if limit[1] > 0 then
+    local slots = KEYS[limit[4]]
+    local live = 0
+    for _, member in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
+      if redis.call('ZSCORE', leases, member) then live = live + 1
+      else redis.call('ZREM', slots, member) end  -- its lease is gone: the slot is free again
+    end
+    if live >= limit[1] then return backoff end
+  end
+  if limit[2] > 0 then
+    local window = math.floor(now / limit[3])
+    local counter = limit[5] .. window
+    local started = redis.call('INCR', counter)
+    if started == 1 then redis.call('EXPIRE', counter, math.ceil(limit[3]) + 1) end
+    if started > limit[2] then return (window + 1) * limit[3] - now end
+  end
+  return nil
+end
+
+for n = 1, tonumber(ARGV[2]) do
+  local list, sched, wip = KEYS[3 * n], KEYS[3 * n + 1], KEYS[3 * n + 2]
+  local id = redis.call('LPOP', list)
+  while id do
+    local key = ARGV[11] .. id
+    local fields = redis.pcall('HGETALL', key)
+    if fields.err then
+      -- not a hash at all: a poison entry, dead-lettered from its raw bytes
+      redis.call('ZADD', dying, now, id)
+    elseif #fields > 0 then
+      local attempt, name = 0, ''
+      for i = 1, #fields, 2 do
+        if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
+        elseif fields[i] == 'description' then name = fields[i + 1] end
+      end
+      local limit = limit_of(name)
+      local wait = blocked(limit)
+      if wait then
+        redis.call('HSET', key, 'status', '${SCHEDULED}')
+        redis.call('ZADD', sched, now + wait + deferred * 0.01, id)
+        deferred = deferred + 1
+        if deferred >= 20 then return {finished, 'deferred'} end
+      else
+        local token = id .. ':' .. ARGV[8]
+        redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
+                   'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
+        redis.call('ZADD', leases, now + tonumber(ARGV[6]), token)
+        redis.call('ZADD', wip, '+inf', token)
+        if limit and limit[1] > 0 then
+          redis.call('ZADD', KEYS[limit[4]], now, token)
+        end
+        return {finished, n, id, token, fields}
+      end
+    end
+    id = redis.call('LPOP', list)
+  end
+end
+return {finished}

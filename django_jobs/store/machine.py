@@ -1,0 +1,318 @@
+"""The job state machine: one :class:`Store` per Redis connection, one method per named transition.
+
+Every transition is one Lua script (``lua/<name>.lua``), so a process killed at any instant leaves
+each job in exactly one of the structures of :mod:`.keys`, never in none. Every key a script
+touches is passed in KEYS (the few exceptions, keys known only once the script reads them, are
+documented in the script's header and live on the same server), and the statuses come from
+:class:`.record.Status`, substituted into the script text when it loads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+import string
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Protocol
+
+from redis import Redis
+from redis.commands.core import Script
+from redis.exceptions import ResponseError
+
+from . import keys
+from .record import JobRecord, Status, int_field, rq_timestamp, split_token, text, to_bytes, to_text
+
+
+@functools.cache
+def script_text(name: str) -> str:
+    """The text of ``lua/<name>.lua`` with the Redis-time prologue and the statuses filled in."""
+    source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+    now = resources.files(__package__).joinpath("lua", "now.lua").read_text("utf-8")
+    return string.Template(source).substitute({s.name: s.value for s in Status}, NOW=now)
+
+
+def load(connection: Redis, name: str) -> Script:
+    """The script ``name`` bound to ``connection``, registered once per connection."""
+    scripts = _scripts.setdefault(connection, {})
+    script = scripts.get(name)
+    if script is None:
+        script = scripts[name] = connection.register_script(script_text(name))
+    return script
+
+
+_scripts: weakref.WeakKeyDictionary[Redis, dict[str, Script]] = weakref.WeakKeyDictionary()
+
+
+class Pushable(Protocol):
+    """What the push script needs of a job (``enqueue.Envelope`` provides it)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def due(self) -> float: ...
+    @property
+    def unique_key(self) -> str: ...
+    @property
+    def debounce(self) -> float: ...
+    def fields(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job this worker now holds a lease on; ``record`` is its hash as the claim found it."""
+
+    queue: str
+    id: str
+    token: str
+    record: JobRecord
+
+    @property
+    def fields(self) -> dict[str, bytes]:
+        """The raw hash, for snapshots."""
+        return self.record.fields
+
+    @property
+    def attempt(self) -> int:
+        """This attempt's number, 1-based (the claim already counted it)."""
+        return int_field(self.record.fields, "dj_attempt", 1)
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
+    return {
+        k.decode() if isinstance(k, bytes) else str(k): v for k, v in zip(flat[::2], flat[1::2], strict=False)
+    }
+
+
+def _flat(fields: dict[str, Any]) -> list[Any]:
+    return [item for pair in fields.items() for item in pair]
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]:
+    """The claim script's fixed KEYS for these queues and limits, and its limits argument.
+
+    Worked out once per worker (the arguments do not change between claims), so a claim costs
+    nothing more than it did when the script built the names itself.
+    """
+    layout = [keys.LEASES, keys.DYING]
+    for queue in queues:
+        layout += [keys.queue_key(queue), keys.scheduled_key(queue), keys.wip_key(queue)]
+    slots: dict[str, int] = {}
+    given: dict[str, list[Any]] = json.loads(limits)
+    for limit in given.values():
+        concurrency, canonical = limit[0], limit[3]
+        if concurrency > 0 and canonical not in slots:
+            layout.append(keys.slots_key(canonical))
+            slots[canonical] = len(layout)
+        limit[3:] = [slots.get(canonical, 0), keys.rate_prefix(canonical)]
+    return layout, json.dumps(given)
+
+
+@functools.lru_cache(maxsize=64)
+def _maintain_keys(queues: tuple[str, ...]) -> list[str]:
+    layout = [keys.LEASES, keys.LOST, keys.DYING, keys.QUEUES_SET]
+    for queue in queues:
+        layout += [keys.scheduled_key(queue), keys.queue_key(queue), keys.wake_key(queue)]
+    return layout
+
+
+class Store:
+    """The transitions of jobs on one Redis connection; :meth:`of` shares one per connection."""
+
+    WAKE_CAP = 64
+    UNIQUE_TTL = 7 * 24 * 3600
+
+    def __init__(self, connection: Redis) -> None:
+        self.connection = connection
+        self._push = load(connection, "push")
+        self._complete_and_claim = load(connection, "complete_and_claim")
+        self._fail = load(connection, "fail")
+        self._release = load(connection, "release")
+        self._heartbeat = load(connection, "heartbeat")
+        self._maintain = load(connection, "maintain")
+        self._buried = load(connection, "buried")
+        self._due = load(connection, "due")
+        self._defer = load(connection, "defer")
+
+    @classmethod
+    def of(cls, connection: Redis) -> Store:
+        """The store of ``connection``, built once: registering the scripts hashes their text."""
+        store = _stores.get(connection)
+        if store is None:
+            store = _stores[connection] = cls(connection)
+        return store
+
+    def push(self, jobs: Iterable[Pushable], chunk: int = 500) -> set[str]:
+        """Push jobs in one round trip; returns the ids not pushed (already there, or unique duplicates)."""
+        batch = list(jobs)
+        seen: set[str] = set()
+        if not batch:
+            return seen
+        calls = [_push_call(batch[start : start + chunk]) for start in range(0, len(batch), chunk)]
+        args: list[str | int] = [self.WAKE_CAP, self.UNIQUE_TTL, keys.JOB_PREFIX, keys.scheduled_key("")]
+        if len(calls) == 1:  # the common case: one EVALSHA, no pipeline (which would add SCRIPT EXISTS)
+            results = [self._push(keys=calls[0][0], args=[calls[0][1], *args])]
+        else:
+            with self.connection.pipeline(transaction=False) as pipe:
+                for call_keys, data in calls:
+                    self._push(keys=call_keys, args=[data, *args], client=pipe)
+                results = pipe.execute()
+        for result in results:
+            seen.update(text(x) for x in result)
+        return seen
+
+    def complete_and_claim(
+        self,
+        queues: Sequence[str],
+        *,
+        finished: tuple[str, str] | None,
+        worker_name: str,
+        lease_seconds: float,
+        nonce: str,
+        finished_ttl: int,
+        limits: str = "{}",
+        limit_wait: float = 0.5,
+    ) -> tuple[bool, Claimed | None]:
+        """Finish ``(token, queue)`` if given, then claim the next job, in one round trip.
+
+        ``limits`` is the JSON of ``registry.limits_json``; a job over its limit is deferred, not claimed.
+        """
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        layout, limit_arg = _claim_layout(tuple(queues), limits)
+        token, done_queue = finished or ("", "")
+        done = [keys.wip_key(done_queue), keys.job_key(split_token(token))] if token else []
+        args: list[str | float] = [token, len(queues), stamp, finished_ttl, worker_name, lease_seconds, stamp]
+        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX]
+        reply = self._complete_and_claim(keys=layout + done, args=args + tail)
+        ok = bool(reply[0])
+        while len(reply) == 2:  # it deferred a batch of limited jobs: look behind them
+            reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail])
+        if len(reply) == 1:
+            return ok, None
+        number, job_id, token_b, flat = reply[1:]
+        fields = _pairs(flat)
+        fields["dj_attempt"] = str(int_field(fields, "dj_attempt", 0) + 1).encode()  # as the script counted
+        record = JobRecord(job_id.decode(), fields)
+        return ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record)
+
+    def complete(self, token: str, queue: str, finished_ttl: int) -> bool:
+        """Mark one attempt finished, claiming nothing (the hot path completes inside the next claim)."""
+        ok, _ = self.complete_and_claim(
+            [], finished=(token, queue), worker_name="", lease_seconds=0, nonce="", finished_ttl=finished_ttl
+        )
+        return ok
+
+    def fail(
+        self, token: str, queue: str, *, delay: float | None, fields: dict[str, Any], lost: bool = False
+    ) -> bool:
+        """Record a failed attempt: retry after ``delay`` seconds (0: at the head of the queue now),
+        or (``None``) start dead-lettering. ``lost``: the reaper already moved its lease to LOST."""
+        source = keys.LOST if lost else keys.LEASES
+        where = [
+            keys.wip_key(queue),
+            keys.job_key(split_token(token)),
+            keys.queue_key(queue),
+            keys.wake_key(queue),
+        ]
+        # A message can hold lone surrogates (an exception quoting bad input): kept, not a crash.
+        values = [to_bytes(v) if isinstance(v, str) else v for v in _flat(fields)]
+        call_keys = [source, *where, keys.scheduled_key(queue), keys.DYING]
+        return bool(self._fail(keys=call_keys, args=[token, -1 if delay is None else delay, *values]))
+
+    def release(self, token: str, queue: str) -> bool:
+        """Put a running job back at the head of its queue without spending an attempt."""
+        call_keys = [
+            keys.LEASES,
+            keys.wip_key(queue),
+            keys.queue_key(queue),
+            keys.job_key(split_token(token)),
+        ]
+        return bool(self._release(keys=[*call_keys, keys.wake_key(queue)], args=[token]))
+
+    def heartbeat(self, tokens: Sequence[str], lease_seconds: float) -> set[str]:
+        """Extend these leases; returns the tokens that no longer hold one."""
+        if not tokens:
+            return set()
+        return {text(t) for t in self._heartbeat(keys=[keys.LEASES], args=[lease_seconds, *tokens])}
+
+    def maintain(self, queues: Sequence[str], batch: int = 500) -> tuple[int, int]:
+        """Reap expired leases into LOST and promote due scheduled jobs; returns both counts."""
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))  # RQ's meaning: when the job was put on its queue
+        lost, promoted = self._maintain(
+            keys=_maintain_keys(tuple(queues)), args=[batch, stamp, keys.JOB_PREFIX]
+        )
+        return int(lost), int(promoted)
+
+    def lost_tokens(self, limit: int = 100) -> list[bytes]:
+        """Lost attempts due to be settled, as raw bytes: whatever was planted, the scan never fails."""
+        return list(self._due(keys=[keys.LOST], args=[0, limit]))
+
+    def dying(self, older_than: float, limit: int = 100) -> list[bytes]:
+        """Jobs stuck between "dead" and "row written" for longer than ``older_than`` seconds (raw ids)."""
+        return list(self._due(keys=[keys.DYING], args=[older_than, limit]))
+
+    def defer(self, key: str, member: bytes, seconds: float) -> None:
+        """Put one member of LOST or DYING behind the others, so a scan's head always moves on."""
+        self._defer(keys=[key], args=[member, seconds])
+
+    def buried(self, job_id: str, ttl: int) -> None:
+        self.settled(keys.DYING, to_bytes(job_id), to_bytes(job_id), ttl)
+
+    def settled(self, key: str, member: bytes, job_id: bytes, ttl: int, queue: str = "") -> None:
+        """Drop a member of ``key`` whose dead letter is written; its job hash expires after ``ttl``."""
+        call_keys: list[str | bytes] = [key, keys.JOB_PREFIX.encode() + job_id]
+        if queue:
+            call_keys.append(keys.wip_key(queue))
+        self._buried(keys=call_keys, args=[member, ttl])
+
+    def record(self, job_id: str | bytes) -> JobRecord:
+        """The job's record, read once; a key that is not a hash gives an unreadable record."""
+        name = job_id if isinstance(job_id, str) else to_text(job_id)
+        try:
+            return JobRecord(name, self.job_fields(job_id))
+        except ResponseError as exc:  # not a hash: keep what Redis says about it
+            return JobRecord.unreadable(name, str(exc))
+
+    def job_fields(self, job_id: str | bytes) -> dict[str, bytes]:
+        """The job hash; field names that are not UTF-8 come back as :func:`to_text` strings."""
+        key = keys.JOB_PREFIX.encode() + job_id if isinstance(job_id, bytes) else keys.job_key(job_id)
+        raw: dict[bytes, bytes] = self.connection.hgetall(key)  # type: ignore[assignment]
+        return {to_text(k): v for k, v in raw.items()}
+
+    def next_due(self, queues: Sequence[str]) -> float | None:
+        """Seconds (in Redis time) until the first scheduled job of these queues is due; None if none."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.time()
+            for queue in queues:
+                pipe.zrange(keys.scheduled_key(queue), 0, 0, withscores=True)
+            (now_s, now_us), *firsts = pipe.execute()
+        dues = [float(first[0][1]) for first in firsts if first]
+        return min(dues) - (now_s + now_us / 1e6) if dues else None
+
+
+def _push_call(jobs: Sequence[Pushable]) -> tuple[list[str], str]:
+    """KEYS and the JSON argument of one push: each queue's keys once, then each job's own keys."""
+    layout = [keys.QUEUES_SET]
+    base: dict[str, int] = {}
+    batch = []
+    for j in jobs:
+        if j.queue not in base:
+            base[j.queue] = len(layout) + 1
+            layout += [keys.queue_key(j.queue), keys.scheduled_key(j.queue), keys.wake_key(j.queue)]
+        layout.append(keys.job_key(j.id))
+        job_index = len(layout)
+        marker = 0
+        if j.unique_key:
+            layout.append(keys.unique_key(j.unique_key))
+            marker = len(layout)
+        batch.append([j.id, base[j.queue], j.due, _flat(j.fields()), marker, j.debounce, job_index])
+    return layout, json.dumps(batch)
+
+
+_stores: weakref.WeakKeyDictionary[Redis, Store] = weakref.WeakKeyDictionary()

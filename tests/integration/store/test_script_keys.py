@@ -1,0 +1,145 @@
+"""Every key a store script touches is one its caller passed in KEYS, so a script can run on a sharded
+or clustered Redis; the only exceptions are the keys a script learns while it runs (the hash of a job
+id it reads from a queue or a marker, a rate window, a worker record, an alert group), as documented
+in each script's header."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from django_jobs import alerts, collectors
+from django_jobs.store import LEASES, Store
+from django_jobs.store.machine import load
+from django_jobs.testing import run_jobs
+from tests.conftest import wait_for
+from tests.testapp import jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Keys a script may build while it runs: each is named in that script's header.
+LEARNED = (
+    "rq:job:",
+    "djjobs:rate:",
+    "rq:worker:",
+    "djjobs:alert:",
+    "djjobs:alertcount:",
+    "djjobs:alertlast:",
+)
+_MARK = "store-keys-test-done"
+#: Commands whose every argument is a key; every other command the scripts run has one key, first.
+_ALL_KEYS = {"DEL", "EXISTS"}
+_NO_KEYS = {"TIME"}
+
+
+class Recorder:
+    """MONITOR on this test's database: what each script was given in KEYS, and what it touched."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.db = client.connection_pool.connection_kwargs.get("db", 0)
+        self.client = client
+        self.lines: list[dict[str, Any]] = []
+        self.thread = threading.Thread(target=self._listen, daemon=True)
+
+    def _listen(self) -> None:
+        with self.client.monitor() as monitor:
+            self.lines.append({"command": "started", "db": self.db, "client_type": ""})
+            for line in monitor.listen():
+                self.lines.append(line)
+                if _MARK in line["command"]:
+                    return
+
+    def stray_keys(self) -> dict[str, set[str]]:
+        """Per script (its KEYS count and first key), the keys it touched that were not in KEYS."""
+        stray: dict[str, set[str]] = {}
+        given: list[str] = []
+        script = ""
+        for line in (x for x in self.lines if x["db"] == self.db):
+            words = line["command"].split(" ")
+            if line["client_type"] != "lua":
+                if words[0].upper() == "EVALSHA":
+                    given = words[3 : 3 + int(words[2])]
+                    script = " ".join(given[:1])
+                continue
+            name = words[0].upper()
+            touched = [] if name in _NO_KEYS else words[1:] if name in _ALL_KEYS else words[1:2]
+            for key in touched:
+                if key not in given and not key.startswith(LEARNED):
+                    stray.setdefault(script, set()).add(key)
+        return stray
+
+
+@pytest.fixture
+def recorder(redis_db: redis.Redis) -> Iterator[Recorder]:
+    recorder = Recorder(redis.Redis(connection_pool=redis_db.connection_pool))
+    recorder.thread.start()
+    wait_for(lambda: recorder.lines)
+    yield recorder
+    if recorder.thread.is_alive():  # the test failed before it stopped listening
+        _stop(recorder, redis_db)
+
+
+def _stop(recorder: Recorder, client: redis.Redis) -> None:
+    client.echo(_MARK)
+    recorder.thread.join(10)
+    assert not recorder.thread.is_alive()
+
+
+def _every_transition(client: redis.Redis) -> None:
+    """Drive each script at least once: push, claim, complete, fail, release, heartbeat, promote, bury."""
+    jobs.debounced.options(unique_key="doc:1", debounce=0.01).enqueue("a")
+    jobs.debounced.options(unique_key="doc:1", debounce=0.01).enqueue("b")
+    jobs.record.options(unique_key="once").enqueue("c")
+    jobs.limited.enqueue("d", 0)
+    jobs.rated.enqueue("e")
+    jobs.permanent.enqueue("f")
+    jobs.record.enqueue_in(0.01, "g")
+    jobs.always_fails.enqueue("i")
+    store = Store.of(client)
+    wait_for(lambda: (store.next_due(["default"]) or 0) <= 0)
+    assert run_jobs(["default"]) >= 7
+    handle = jobs.record.enqueue("h")
+    _, claimed = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="n", finished_ttl=60
+    )
+    assert claimed is not None and claimed.id == handle.id
+    store.heartbeat([claimed.token], 30)
+    store.release(claimed.token, claimed.queue)
+    _, claimed = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="m", finished_ttl=60
+    )
+    assert claimed is not None
+    store.complete(claimed.token, claimed.queue, 60)
+    client.zadd(LEASES, {"gone:x": 0})
+    store.maintain(["default"])
+    store.lost_tokens()
+    store.dying(0)
+    list(collectors.snapshot(["default"]))
+
+
+def test_every_key_a_store_script_touches_was_passed_in_keys(recorder, redis_db):
+    _every_transition(redis_db)
+    _stop(recorder, redis_db)
+    evalsha = [x["command"].split(" ")[1] for x in recorder.lines if x["command"].startswith("EVALSHA")]
+    assert len(set(evalsha)) >= 9  # push, claim, fail, release, heartbeat, maintain, buried, due, snapshot
+    assert recorder.stray_keys() == {}
+
+
+def test_the_alert_scripts_touch_only_their_keys(recorder, redis_db, settings):
+    settings.JOBS = {**getattr(settings, "JOBS", {}), "ALERT_WINDOW": 1}
+    jobs.permanent.enqueue("one")
+    jobs.permanent.enqueue("two")
+    run_jobs(["default"])
+    wait_for(lambda: alerts.flush(redis_db))  # the second dead letter was only counted: its summary
+    _stop(recorder, redis_db)
+    assert recorder.stray_keys() == {}
+
+
+@pytest.mark.parametrize("name", ["push", "complete_and_claim", "alert_gate", "alert_flush", "snapshot"])
+def test_a_script_is_registered_once_per_connection(name: str, redis_db):
+    loaded: Callable[[], object] = lambda: load(redis_db, name)  # noqa: E731
+    assert loaded() is loaded()
