@@ -29,7 +29,10 @@ from .record import JobRecord, Status, int_field, rq_timestamp, split_token, tex
 
 @functools.cache
 def script_text(name: str) -> str:
-    """The text of ``lua/<name>.lua`` with the Redis-time prologue and the statuses filled in."""
+    """The text of ``lua/<name>.lua`` with the Redis-time prologue and the statuses filled in.
+
+    The files are :class:`string.Template` text: ``${NOW}``, ``${QUEUED}``... and ``$$`` for a ``$``.
+    """
     source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
     now = resources.files(__package__).joinpath("lua", "now.lua").read_text("utf-8")
     return string.Template(source).substitute({s.name: s.value for s in Status}, NOW=now)
