@@ -13,6 +13,8 @@ django_jobs adds what RQ lacks:
   fences a stale attempt: once its lease is gone, its completion is refused.
 * ``djjobs:lost``        attempts whose worker died; the supervisor decides retry or dead letter.
 * ``djjobs:dying``       jobs being dead-lettered; they leave only once the database row exists.
+* ``djjobs:vanished``    ``<queue>\n<id>`` of ids popped from a queue whose hash was gone (evicted,
+  deleted), waiting for a maintenance duty to write their ``vanished`` dead letter.
 * ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
 
 Every transition is one script, so a process killed at any instant leaves each job in exactly one
@@ -36,6 +38,7 @@ QUEUES_SET = "rq:queues"
 LEASES = "djjobs:leases"
 LOST = "djjobs:lost"
 DYING = "djjobs:dying"
+VANISHED = "djjobs:vanished"
 
 
 def queue_key(queue: str) -> str:
@@ -204,6 +207,9 @@ for _, queue in ipairs(KEYS) do
         end
         return {finished, queue, id, token, fields}
       end
+    else
+      -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
+      redis.pcall('ZADD', 'djjobs:vanished', now, queue .. '\\n' .. id)
     end
     id = redis.call('LPOP', 'rq:queue:' .. queue)
   end
@@ -322,6 +328,15 @@ class Pushable(Protocol):
     @property
     def debounce(self) -> float: ...
     def fields(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Vanished:
+    """A job id popped from ``queue`` after its hash was gone: only the id and queue are known."""
+
+    member: bytes  # as stored in VANISHED, to remove it once its dead letter is written
+    queue: str
+    id: str
 
 
 @dataclass(frozen=True)
@@ -480,6 +495,19 @@ class Store:
         now_s, now_us = self.connection.time()
         cutoff = now_s + now_us / 1e6 - older_than
         return [_text(i) for i in self.connection.zrangebyscore(DYING, "-inf", cutoff, start=0, num=limit)]
+
+    def vanished(self, limit: int = 100) -> list[Vanished]:
+        """Ids the claim found without a hash, oldest first."""
+        found = []
+        members: list[bytes] = self.connection.zrange(VANISHED, 0, limit - 1)  # type: ignore[assignment]
+        for member in members:
+            queue, _, job_id = member.decode(errors="replace").partition("\n")
+            found.append(Vanished(member, queue, job_id))
+        return found
+
+    def forget_vanished(self, item: Vanished) -> bool:
+        """Drop an id whose dead letter exists; False if another runjobs already did."""
+        return bool(self.connection.zrem(VANISHED, item.member))
 
     def buried(self, job_id: str, ttl: int) -> None:
         self._buried(args=[job_id, ttl])

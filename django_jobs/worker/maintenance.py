@@ -25,7 +25,7 @@ from ..cron import Scheduler
 from ..enqueue import Envelope, push
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
-from ..store import Claimed, Store, split_token
+from ..store import Claimed, Store, Vanished, split_token
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -65,6 +65,7 @@ class Maintenance:
             Every(interval, self.promote_and_reap),
             Every(1.0, self.relay_outbox),
             Every(5.0, self.finish_dying),
+            Every(5.0, self.record_vanished),
             Every(600.0, self.prune_keys),
             Every(5.0, self.flush_alerts),
             Every(min(interval, 0.2), self.scheduler.tick),
@@ -125,6 +126,26 @@ class Maintenance:
             history=history if isinstance(history, list) else [],
         )
         deadletter.bury(self.store, failure, fields)
+
+    def record_vanished(self) -> None:
+        """Dead-letter the ids a claim popped after their hash was gone, so no eviction is silent."""
+        for item in self.store.vanished():
+            _guarded(f"recording vanished job {item.id}", partial(self._record_vanished, item))
+
+    def _record_vanished(self, item: Vanished) -> None:
+        message = (
+            f"The job's id was taken from queue {item.queue!r} but its hash was gone from Redis "
+            "(evicted under maxmemory, or deleted), so nothing ran and its payload is lost."
+        )
+        deadletter.record(
+            deadletter.Failure(item.id[:64], item.queue, DeadLetter.Reason.VANISHED, "JobVanished", message),
+            {},
+        )
+        if self.store.forget_vanished(item):  # counted and logged once, by whoever removed it
+            metrics.vanished(item.queue)
+            logger.warning(
+                "Job %s vanished from queue %s: %s Recorded as a dead letter.", item.id, item.queue, message
+            )
 
     def relay_outbox(self, batch: int = 500) -> None:
         """Push outbox rows the on-commit push missed, and prune rows already delivered."""

@@ -69,6 +69,7 @@ class WorkProcess:
         backoff = 0.1
         while True:
             queues = [] if self.stopping or os.getppid() != parent else self.queues
+            sent = time.monotonic()  # the lease of what this claims runs from no earlier than now
             try:
                 _, claimed = store.complete_and_claim(
                     queues,
@@ -95,8 +96,8 @@ class WorkProcess:
                 self._wait()
                 continue
 
-            def arm(timeout: float, c: Claimed = claimed) -> None:
-                self._report(f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f}")
+            def arm(timeout: float, c: Claimed = claimed, sent: float = sent) -> None:
+                self._report(f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f} {sent:.3f}")
 
             try:
                 outcome = execution.run(store, claimed, on_start=arm)

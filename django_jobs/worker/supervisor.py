@@ -25,6 +25,7 @@ from .. import execution, metrics, stats
 from ..conf import jobs_settings
 from ..exceptions import JobTimeout, WorkerLost
 from ..store import Claimed, Store, rq_timestamp
+from .guard import LeaseGuard
 from .maintenance import Maintenance
 from .process import WorkProcess, die_with_parent
 
@@ -41,6 +42,7 @@ class Slot:
     token: str | None = None
     queue: str | None = None
     deadline: float | None = None  # None while idle or completing
+    claimed: float | None = None  # monotonic time the running attempt's claim was sent
     buffer: bytes = b""
     timed_out: bool = False
     handed_back: bool = False
@@ -53,7 +55,8 @@ class Slot:
         for line in lines:
             kind, *rest = line.decode().split()
             if kind == "S":
-                self.token, self.queue, self.deadline = rest[0], rest[1], float(rest[2])
+                self.token, self.queue = rest[0], rest[1]
+                self.deadline, self.claimed = float(rest[2]), float(rest[3])
             elif kind == "C":
                 self.deadline = None
             elif kind == "D":
@@ -83,6 +86,7 @@ class Supervisor:
         self.fatal: str | None = None
         self.hostname = socket.gethostname()
         self._next_heartbeat = 0.0
+        self.guard = LeaseGuard(jobs_settings.LEASE_SECONDS)
 
     # --- signals ---------------------------------------------------------------------------------
 
@@ -257,7 +261,25 @@ class Supervisor:
                 )
                 slot.abandoned = True
                 self._signal(slot.pid, signal.SIGKILL)
+                metrics.fenced(slot.queue or "", "lease_gone")
             slot.suspect = slot.token if missing else None
+
+    def _guard(self) -> None:
+        """Hand the running attempts to the lease guard, and report those it had to kill."""
+        self.guard.track(
+            (slot.pid, slot.token, slot.queue, slot.claimed)
+            for slot in self.slots.values()
+            if slot.token and slot.queue and slot.claimed is not None and slot.deadline is not None
+        )
+        for watched in self.guard.killed():
+            logger.error(
+                "No heartbeat of job %s reached Redis for %.1f s; killed its attempt in process %d "
+                "before its lease could expire, so it never runs twice at once",
+                watched.token,
+                (watched.killed_at or 0.0) - watched.renewed,
+                watched.pid,
+            )
+            metrics.fenced(watched.queue, "deadline")
 
     # --- Redis bookkeeping -----------------------------------------------------------------------
 
@@ -266,8 +288,11 @@ class Supervisor:
             return
         lease = jobs_settings.LEASE_SECONDS
         self._next_heartbeat = now + lease / 3
+        tokens = [s.token for s in self.slots.values() if s.token]
+        sent = time.monotonic()  # the leases now run from a Redis time no earlier than this
         try:
-            gone = self.store.heartbeat([s.token for s in self.slots.values() if s.token], lease)
+            gone = self.store.heartbeat(tokens, lease)
+            self.guard.renewed(set(tokens) - gone, sent)
             self._fence(gone)
             self._register(lease)
         except RedisError as exc:
@@ -312,6 +337,17 @@ class Supervisor:
 
     # --- main loop -------------------------------------------------------------------------------
 
+    def _loop(self) -> None:
+        while self.slots:
+            self._read(jobs_settings.MAINTENANCE_INTERVAL)
+            self._reap_children()
+            self._guard()
+            now = time.monotonic()
+            self._enforce(now)
+            self._heartbeat(now)
+            if not self.stopping:
+                self.maintenance.tick()
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
@@ -319,14 +355,11 @@ class Supervisor:
         for _ in range(self.concurrency):
             self._spawn()
         logger.info("runjobs: %d work process(es) on %s", self.concurrency, ", ".join(self.queues))
-        while self.slots:
-            self._read(jobs_settings.MAINTENANCE_INTERVAL)
-            self._reap_children()
-            now = time.monotonic()
-            self._enforce(now)
-            self._heartbeat(now)
-            if not self.stopping:
-                self.maintenance.tick()
+        self.guard.start()
+        try:
+            self._loop()
+        finally:
+            self.guard.stop()
         if self.fatal:
             logger.error("runjobs stopping: %s", self.fatal)
             return 1

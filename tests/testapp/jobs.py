@@ -175,3 +175,19 @@ def which_connection() -> None:
     connection.ensure_connection()
     BACKENDS.append(id(connection.connection))
     SideEffect.objects.create(key="conn")
+
+
+# --- Redis limits and frozen Redis -----------------------------------------------------------------
+
+
+@job(name="tests.lifeline", timeout=60, retry=FAST)
+def lifeline(path: str, seconds: float) -> None:
+    """Appends "<pid> <time>" to ``path`` every 50 ms while it runs, then "<pid> done": each
+    attempt's lifetime can be read back, to show that two attempts never overlapped."""
+    end = time.monotonic() + seconds
+    with open(path, "a") as marks:
+        while time.monotonic() < end:
+            marks.write(f"{os.getpid()} {time.time()}\n")
+            marks.flush()
+            time.sleep(0.05)
+        marks.write(f"{os.getpid()} done\n")
