@@ -48,6 +48,9 @@ DEFAULTS: dict[str, Any] = {
     # redact(data, *, job_name) -> data (or its dotted path), applied to payloads before the admin or
     # the deadletters command shows them.
     "REDACT": "django_jobs.redaction.mask_secrets",
+    # runjobs refuses to start on a Redis that evicts keys when full (maxmemory-policy other than
+    # noeviction, with maxmemory set): evicted jobs vanish. True starts it anyway, with a warning.
+    "ALLOW_EVICTION": False,
 }
 
 
@@ -129,6 +132,10 @@ class JobsSettings:
     def REDACT(self) -> str | Callable[..., Any]:
         hook: str | Callable[..., Any] = self.get("REDACT")
         return hook
+
+    @property
+    def ALLOW_EVICTION(self) -> bool:
+        return bool(self.get("ALLOW_EVICTION"))
 
     @staticmethod
     def unknown_keys() -> list[tuple[str, str | None]]:
