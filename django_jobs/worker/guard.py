@@ -1,102 +1,140 @@
 """The lease guard: a running attempt is killed before its lease can expire as seen from Redis.
 
-A lease lives ``LEASE_SECONDS`` from the Redis time at which the claim or the last heartbeat ran,
-which is no earlier than the moment that claim or heartbeat was *sent*. So an attempt whose last
-successful renewal was sent more than a share of the lease ago (local monotonic clock, system-wide
-on Linux, so a work process's claim time is comparable) may be about to lose its lease to a
-reaper: it is killed first. A thread does the killing, so neither a frozen Redis nor a supervisor
-loop blocked on a socket or the database can delay it; it only signals, never logs or touches
-Redis, so it holds no lock a forked work process could inherit.
+A lease lives ``LEASE_SECONDS`` from the Redis time at which its claim or last heartbeat ran, which
+is no earlier than the moment that claim or heartbeat was *sent*. So an attempt whose last renewal
+was sent more than a share of the lease ago may be about to lose its lease to a reaper: it is
+killed first. Times are read on the monotonic clock, which Linux shares between processes.
+
+Nothing here waits for Redis, the database or the supervisor's loop: each work process writes the
+claim time of its running attempt to a shared-memory board the moment its claim returns, and a
+thread reads the boards and kills through a pidfd (never a recycled pid). The thread only reads
+memory and sends signals, so it holds no lock a forked work process could inherit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import signal
+import struct
 import threading
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 
 #: The share of the lease after which an unrenewed attempt is killed: the rest is the margin for
 #: the kill to land and for the clocks of this host and Redis to drift apart.
 LEASE_SHARE = 0.8
+_SLOT = struct.Struct("qq")
+
+
+class ClaimBoard:
+    """Shared memory in which one work process posts the claim time of the attempt it runs."""
+
+    def __init__(self) -> None:
+        self._memory = mmap.mmap(-1, _SLOT.size)  # anonymous and shared: it survives fork
+
+    def post(self, claimed_ns: int) -> None:
+        """``claimed_ns``: when the running attempt's claim was sent (``time.monotonic_ns()``); 0: none."""
+        _SLOT.pack_into(self._memory, 0, claimed_ns, claimed_ns)  # twice: a torn read shows as a mismatch
+
+    def read(self) -> int | None:
+        """The posted claim time, 0 if no attempt runs, None while a write is under way."""
+        first, second = _SLOT.unpack_from(self._memory, 0)
+        return int(first) if first == second else None
+
+    def close(self) -> None:
+        self._memory.close()
 
 
 @dataclass
 class Watched:
-    """A running attempt and the monotonic time its lease was last known to be renewed."""
+    """One work process: its board, how to kill it, and its latest renewal (claim ns, sent ns)."""
+
+    board: ClaimBoard
+    pidfd: int | None
+    renewal: tuple[int, int] = (0, 0)
+    killed_claim: int = 0
+
+
+@dataclass(frozen=True)
+class Killed:
+    """An attempt the guard killed, for the supervisor to log and count."""
 
     pid: int
-    token: str
-    queue: str
-    renewed: float
-    killed_at: float | None = None
+    claimed_ns: int
+    silent_for: float  # seconds since its claim or last renewal was sent
 
 
 class LeaseGuard:
-    """Kills work processes whose attempt's lease may be about to expire."""
+    """Kills work processes whose running attempt's lease may be about to expire."""
 
     def __init__(self, lease_seconds: float, share: float = LEASE_SHARE) -> None:
-        self.allowance = lease_seconds * share
+        self.allowance_ns = int(lease_seconds * share * 1e9)
+        self.poll = min(0.05, lease_seconds * share / 10)
         self._watched: dict[int, Watched] = {}
-        self._killed: list[Watched] = []
-        self._wake = threading.Condition()
-        self._stopped = False
+        self._killed: list[Killed] = []
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="lease-guard", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        with self._wake:
-            self._stopped = True
-            self._wake.notify()
-        self._thread.join()
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join()
 
-    def track(self, running: Iterable[tuple[int, str, str, float]]) -> None:
-        """The attempts running now, as ``(pid, token, queue, claim sent at)``; others are forgotten."""
-        with self._wake:
-            tracked = {}
-            for pid, token, queue, claimed in running:
-                current = self._watched.get(pid)
-                same = current is not None and current.token == token
-                tracked[pid] = (
-                    current if current is not None and same else Watched(pid, token, queue, claimed)
-                )
-            self._watched = tracked
-            self._wake.notify()
+    def add(self, pid: int, board: ClaimBoard) -> None:
+        """Guard a freshly forked work process that posts to ``board``."""
+        pidfd = None
+        with contextlib.suppress(AttributeError, OSError):  # no pidfd (not Linux): os.kill then
+            pidfd = os.pidfd_open(pid)
+        with self._lock:
+            self._watched[pid] = Watched(board, pidfd)
 
-    def renewed(self, tokens: Collection[str], sent: float) -> None:
-        """A heartbeat sent at ``sent`` (monotonic) extended the leases of ``tokens``."""
-        with self._wake:
-            for watched in self._watched.values():
-                if watched.token in tokens:
-                    watched.renewed = max(watched.renewed, sent)
+    def retain(self, pids: Collection[int]) -> None:
+        """Forget the work processes not in ``pids`` (they exited)."""
+        with self._lock:
+            for pid in [pid for pid in self._watched if pid not in pids]:
+                watched = self._watched.pop(pid)
+                if watched.pidfd is not None:
+                    os.close(watched.pidfd)
+                watched.board.close()
 
-    def killed(self) -> list[Watched]:
-        """The attempts killed since the last call, for the supervisor to log and count."""
-        with self._wake:
+    def renewed(self, pid: int, claimed_ns: int, sent_ns: int) -> None:
+        """A heartbeat sent at ``sent_ns`` renewed the lease of the attempt claimed at ``claimed_ns``."""
+        with self._lock:
+            watched = self._watched.get(pid)
+            if watched is not None and (watched.renewal[0] != claimed_ns or sent_ns > watched.renewal[1]):
+                watched.renewal = (claimed_ns, sent_ns)
+
+    def killed(self) -> list[Killed]:
+        """The attempts killed since the last call."""
+        with self._lock:
             killed, self._killed = self._killed, []
         return killed
 
     def _run(self) -> None:
-        with self._wake:
-            while not self._stopped:
-                self._wake.wait(self._kill_overdue(time.monotonic()))
+        while not self._stopped.wait(self.poll):
+            with self._lock:
+                for pid, watched in self._watched.items():
+                    self._check(pid, watched, time.monotonic_ns())
 
-    def _kill_overdue(self, now: float) -> float:
-        """Kill every overdue attempt; return the seconds until the next one falls due."""
-        due = []
-        for watched in self._watched.values():
-            if watched.killed_at is not None:
-                continue
-            if now >= watched.renewed + self.allowance:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(watched.pid, signal.SIGKILL)
-                watched.killed_at = now
-                self._killed.append(watched)
+    def _check(self, pid: int, watched: Watched, now: int) -> None:
+        claimed = watched.board.read()
+        if not claimed or claimed == watched.killed_claim:
+            return  # idle, completing, mid-write, or already killed
+        renewal_claim, renewal_sent = watched.renewal
+        since = max(claimed, renewal_sent) if renewal_claim == claimed else claimed
+        if now < since + self.allowance_ns:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            if watched.pidfd is not None:
+                signal.pidfd_send_signal(watched.pidfd, signal.SIGKILL)
             else:
-                due.append(watched.renewed + self.allowance - now)
-        return max(min(due, default=1.0), 0.01)
+                os.kill(pid, signal.SIGKILL)
+        watched.killed_claim = claimed
+        self._killed.append(Killed(pid, claimed, (now - since) / 1e9))

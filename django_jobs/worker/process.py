@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from .. import execution, registry, stats
 from ..conf import jobs_settings
 from ..store import Claimed, Store, wake_key
+from .guard import ClaimBoard
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -48,9 +49,14 @@ class WorkProcess:
     burst: bool = False
     max_jobs: int = 0
     stopping: bool = False
+    board: ClaimBoard | None = None  # where the lease guard reads the running attempt's claim time
 
     def _report(self, line: str) -> None:
         os.write(self.report_fd, line.encode() + b"\n")
+
+    def _post(self, claimed_ns: int) -> None:
+        if self.board is not None:
+            self.board.post(claimed_ns)
 
     def _stop(self, signum: int, frame: object) -> None:
         self.stopping = True
@@ -69,7 +75,7 @@ class WorkProcess:
         backoff = 0.1
         while True:
             queues = [] if self.stopping or os.getppid() != parent else self.queues
-            sent = time.monotonic()  # the lease of what this claims runs from no earlier than now
+            sent = time.monotonic_ns()  # the lease of what this claims runs from no earlier than now
             try:
                 _, claimed = store.complete_and_claim(
                     queues,
@@ -96,8 +102,10 @@ class WorkProcess:
                 self._wait()
                 continue
 
-            def arm(timeout: float, c: Claimed = claimed, sent: float = sent) -> None:
-                self._report(f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f} {sent:.3f}")
+            self._post(sent)  # before anything else: from now on the lease guard watches this attempt
+
+            def arm(timeout: float, c: Claimed = claimed, sent: int = sent) -> None:
+                self._report(f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f} {sent}")
 
             try:
                 outcome = execution.run(store, claimed, on_start=arm)
@@ -105,6 +113,7 @@ class WorkProcess:
                 # The outcome could not be recorded; the lease expires and the job is retried.
                 logger.warning("Redis unavailable while settling job %s (%s)", claimed.id, exc)
                 outcome = execution.Outcome.LOST
+            self._post(0)  # the job's code is done: nothing left to kill for
             if outcome is execution.Outcome.SUCCESS:
                 finished = (claimed.token, claimed.queue)
                 self._report("C")  # ran; keep the lease alive until the completion lands

@@ -25,7 +25,7 @@ from .. import execution, metrics, stats
 from ..conf import jobs_settings
 from ..exceptions import JobTimeout, WorkerLost
 from ..store import Claimed, Store, rq_timestamp
-from .guard import LeaseGuard
+from .guard import ClaimBoard, LeaseGuard
 from .maintenance import Maintenance
 from .process import WorkProcess, die_with_parent
 
@@ -42,7 +42,7 @@ class Slot:
     token: str | None = None
     queue: str | None = None
     deadline: float | None = None  # None while idle or completing
-    claimed: float | None = None  # monotonic time the running attempt's claim was sent
+    claimed: int | None = None  # time.monotonic_ns() at which the running attempt's claim was sent
     buffer: bytes = b""
     timed_out: bool = False
     handed_back: bool = False
@@ -56,7 +56,7 @@ class Slot:
             kind, *rest = line.decode().split()
             if kind == "S":
                 self.token, self.queue = rest[0], rest[1]
-                self.deadline, self.claimed = float(rest[2]), float(rest[3])
+                self.deadline, self.claimed = float(rest[2]), int(rest[3])
             elif kind == "C":
                 self.deadline = None
             elif kind == "D":
@@ -111,6 +111,7 @@ class Supervisor:
     def _spawn(self) -> None:
         connections.close_all()  # a child must not share the parent's database sockets
         read_fd, write_fd = os.pipe()
+        board = ClaimBoard()
         pid = os.fork()
         if pid == 0:  # the child
             code = 1
@@ -128,6 +129,7 @@ class Supervisor:
                     write_fd,
                     burst=self.burst,
                     max_jobs=self.max_jobs,
+                    board=board,
                 )
                 work.install_signals()
                 code = work.run()
@@ -137,6 +139,7 @@ class Supervisor:
                 os._exit(code)
         os.close(write_fd)
         os.set_blocking(read_fd, False)
+        self.guard.add(pid, board)
         self.slots[pid] = Slot(pid, read_fd, f"{self.hostname}.{pid}")
 
     def _read(self, timeout: float) -> None:
@@ -265,21 +268,19 @@ class Supervisor:
             slot.suspect = slot.token if missing else None
 
     def _guard(self) -> None:
-        """Hand the running attempts to the lease guard, and report those it had to kill."""
-        self.guard.track(
-            (slot.pid, slot.token, slot.queue, slot.claimed)
-            for slot in self.slots.values()
-            if slot.token and slot.queue and slot.claimed is not None and slot.deadline is not None
-        )
-        for watched in self.guard.killed():
+        """Report the attempts the lease guard killed, and let it forget exited work processes."""
+        for killed in self.guard.killed():
+            slot = self.slots.get(killed.pid)
+            known = slot if slot is not None and slot.claimed == killed.claimed_ns else None
             logger.error(
                 "No heartbeat of job %s reached Redis for %.1f s; killed its attempt in process %d "
                 "before its lease could expire, so it never runs twice at once",
-                watched.token,
-                (watched.killed_at or 0.0) - watched.renewed,
-                watched.pid,
+                known.token if known else "(claimed, not yet reported)",
+                killed.silent_for,
+                killed.pid,
             )
-            metrics.fenced(watched.queue, "deadline")
+            metrics.fenced(known.queue or "" if known else "", "deadline")
+        self.guard.retain(self.slots.keys())
 
     # --- Redis bookkeeping -----------------------------------------------------------------------
 
@@ -289,14 +290,19 @@ class Supervisor:
         lease = jobs_settings.LEASE_SECONDS
         self._next_heartbeat = now + lease / 3
         tokens = [s.token for s in self.slots.values() if s.token]
-        sent = time.monotonic()  # the leases now run from a Redis time no earlier than this
+        sent = time.monotonic_ns()  # the leases now run from a Redis time no earlier than this
         try:
             gone = self.store.heartbeat(tokens, lease)
-            self.guard.renewed(set(tokens) - gone, sent)
+            self._renewed(gone, sent)
             self._fence(gone)
             self._register(lease)
         except RedisError as exc:
             logger.warning("Heartbeat failed (%s); retrying.", exc)
+
+    def _renewed(self, gone: set[str], sent_ns: int) -> None:
+        for slot in self.slots.values():
+            if slot.token and slot.token not in gone and slot.claimed is not None:
+                self.guard.renewed(slot.pid, slot.claimed, sent_ns)
 
     def _register(self, lease: float) -> None:
         """Keep RQ's worker records, so ``rq info`` and django-rq list our work processes."""
