@@ -237,7 +237,11 @@ def check_redis_eviction(app_configs: Sequence[AppConfig] | None = None, **kwarg
     from .collectors import servers
 
     problems: list[CheckMessage] = []
-    for _names, connection in servers(sorted(queue_configs())):
+    try:
+        grouped = servers(sorted(queue_configs()))
+    except Exception:  # a malformed RQ_QUEUES entry: the queue checks report it; this one must not crash
+        return problems
+    for _names, connection in grouped:
         try:
             found = eviction_policy(connection)
         except RedisError:

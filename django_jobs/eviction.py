@@ -49,7 +49,11 @@ def _text(value: object) -> str:
 
 def server_name(connection: Redis) -> str:
     """Where a client points, without its password."""
-    kwargs = connection.connection_pool.connection_kwargs
+    pool = connection.connection_pool
+    service = getattr(pool, "service_name", None)
+    if service:  # behind Sentinel: the master's address changes with failovers
+        return f"sentinel:{service}"
+    kwargs = pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
     return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"

@@ -267,8 +267,8 @@ class Supervisor:
                 metrics.fenced(slot.queue or "", "lease_gone")
             slot.suspect = slot.token if missing else None
 
-    def _guard(self) -> None:
-        """Report the attempts the lease guard killed, and let it forget exited work processes."""
+    def _report_kills(self) -> None:
+        """Log and count the attempts the lease guard killed (before their slots are reaped)."""
         for killed in self.guard.killed():
             slot = self.slots.get(killed.pid)
             known = slot if slot is not None and slot.claimed == killed.claimed_ns else None
@@ -280,7 +280,6 @@ class Supervisor:
                 killed.pid,
             )
             metrics.fenced(known.queue or "" if known else "", "deadline")
-        self.guard.retain(self.slots.keys())
 
     # --- Redis bookkeeping -----------------------------------------------------------------------
 
@@ -346,8 +345,9 @@ class Supervisor:
     def _loop(self) -> None:
         while self.slots:
             self._read(jobs_settings.MAINTENANCE_INTERVAL)
+            self._report_kills()
             self._reap_children()
-            self._guard()
+            self.guard.retain(self.slots.keys())  # forget the exited ones
             now = time.monotonic()
             self._enforce(now)
             self._heartbeat(now)

@@ -121,3 +121,8 @@ def test_the_claim_sets_a_vanished_id_aside_and_one_duty_dead_letters_it_once(re
         f"Job {gone.id} vanished from queue default: {entry.message} Recorded as a dead letter."
     ]
     assert not redis_db.exists("djjobs:vanished")
+
+
+def test_a_malformed_queue_url_does_not_crash_the_checks(settings):
+    settings.RQ_QUEUES = {"default": {"URL": "not a url", "SERIALIZER": "rq.serializers.JSONSerializer"}}
+    assert eviction_messages() == []
