@@ -1,27 +1,37 @@
-"""The lease guard: a running attempt is killed before its lease can expire as seen from Redis.
+"""Leases from the supervisor's side: a heartbeat thread renews them, and the lease guard kills a
+running attempt before its lease can expire as seen from Redis.
 
 A lease lives ``LEASE_SECONDS`` from the Redis time at which its claim or last heartbeat ran, which
 is no earlier than the moment that claim or heartbeat was *sent*. So an attempt whose last renewal
 was sent more than a share of the lease ago may be about to lose its lease to a reaper: it is
 killed first. Times are read on the monotonic clock, which Linux shares between processes.
 
-Nothing here waits for Redis, the database or the supervisor's loop: each work process writes the
-claim time of its running attempt to a shared-memory board the moment its claim returns, and a
-thread reads the boards and kills through a pidfd (never a recycled pid). The thread only reads
-memory and sends signals, so it holds no lock a forked work process could inherit.
+The guard waits for nothing, not Redis, the database or the supervisor's loop: each work process
+writes the claim time of its running attempt to a shared-memory board the moment its claim returns,
+and a thread reads the boards and kills through a pidfd (never a recycled pid). The heartbeats have
+a thread of their own too, so a supervisor loop busy with the database (a long prune, a slow relay)
+does not let healthy attempts go unrenewed and be killed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import mmap
 import os
 import signal
 import struct
 import threading
 import time
-from collections.abc import Collection
+from collections import deque
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from ..store import Store
+
+logger = logging.getLogger("django_jobs.worker")
 
 #: The share of the lease after which an unrenewed attempt is killed: the rest is the margin for
 #: the kill to land and for the clocks of this host and Redis to drift apart.
@@ -138,3 +148,52 @@ class LeaseGuard:
                 os.kill(pid, signal.SIGKILL)
         watched.killed_claim = claimed
         self._killed.append(Killed(pid, claimed, (now - since) / 1e9))
+
+
+class Heartbeat:
+    """Renews the leases of the attempts the supervisor published, every third of a lease."""
+
+    def __init__(self, store: Store, guard: LeaseGuard, lease_seconds: float) -> None:
+        self.store, self.guard, self.lease = store, guard, lease_seconds
+        self._attempts: list[tuple[int, str, int | None]] = []
+        self._gone: deque[set[str]] = deque()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop beating; a beat blocked on a frozen Redis is not waited for (it holds no job)."""
+        self._stopped.set()
+
+    def publish(self, attempts: Iterable[tuple[int, str, int | None]]) -> None:
+        """The leases to keep: ``(pid, token, claim sent at in ns)`` of every attempt held now."""
+        self._attempts = list(attempts)  # one reference swap: the thread reads whole lists only
+
+    def gone(self) -> list[set[str]]:
+        """Per heartbeat since the last call, the tokens whose lease was no longer there."""
+        results = []
+        while self._gone:
+            results.append(self._gone.popleft())
+        return results
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self.beat()
+            self._stopped.wait(self.lease / 3)
+
+    def beat(self) -> None:
+        attempts = self._attempts
+        if not attempts:
+            return
+        sent = time.monotonic_ns()  # the renewed leases run from a Redis time no earlier than this
+        try:
+            gone = self.store.heartbeat([token for _, token, _ in attempts], self.lease)
+        except RedisError as exc:
+            logger.warning("Heartbeat failed (%s); retrying.", exc)
+            return
+        for pid, token, claimed in attempts:
+            if token not in gone and claimed is not None:
+                self.guard.renewed(pid, claimed, sent)
+        self._gone.append(gone)

@@ -25,7 +25,7 @@ from .. import execution, metrics, stats
 from ..conf import jobs_settings
 from ..exceptions import JobTimeout, WorkerLost
 from ..store import Claimed, Store, rq_timestamp
-from .guard import ClaimBoard, LeaseGuard
+from .guard import ClaimBoard, Heartbeat, LeaseGuard
 from .maintenance import Maintenance
 from .process import WorkProcess, die_with_parent
 
@@ -87,6 +87,7 @@ class Supervisor:
         self.hostname = socket.gethostname()
         self._next_heartbeat = 0.0
         self.guard = LeaseGuard(jobs_settings.LEASE_SECONDS)
+        self.heartbeat = Heartbeat(self.store, self.guard, jobs_settings.LEASE_SECONDS)
 
     # --- signals ---------------------------------------------------------------------------------
 
@@ -284,24 +285,19 @@ class Supervisor:
     # --- Redis bookkeeping -----------------------------------------------------------------------
 
     def _heartbeat(self, now: float) -> None:
+        """Tell the heartbeat thread which leases to keep, fence what it found gone, and (every third
+        of a lease) refresh RQ's worker records."""
+        self.heartbeat.publish((s.pid, s.token, s.claimed) for s in self.slots.values() if s.token)
+        for gone in self.heartbeat.gone():
+            self._fence(gone)
         if now < self._next_heartbeat:
             return
         lease = jobs_settings.LEASE_SECONDS
         self._next_heartbeat = now + lease / 3
-        tokens = [s.token for s in self.slots.values() if s.token]
-        sent = time.monotonic_ns()  # the leases now run from a Redis time no earlier than this
         try:
-            gone = self.store.heartbeat(tokens, lease)
-            self._renewed(gone, sent)
-            self._fence(gone)
             self._register(lease)
         except RedisError as exc:
-            logger.warning("Heartbeat failed (%s); retrying.", exc)
-
-    def _renewed(self, gone: set[str], sent_ns: int) -> None:
-        for slot in self.slots.values():
-            if slot.token and slot.token not in gone and slot.claimed is not None:
-                self.guard.renewed(slot.pid, slot.claimed, sent_ns)
+            logger.warning("Could not refresh the worker records (%s); retrying.", exc)
 
     def _register(self, lease: float) -> None:
         """Keep RQ's worker records, so ``rq info`` and django-rq list our work processes."""
@@ -362,9 +358,11 @@ class Supervisor:
             self._spawn()
         logger.info("runjobs: %d work process(es) on %s", self.concurrency, ", ".join(self.queues))
         self.guard.start()
+        self.heartbeat.start()
         try:
             self._loop()
         finally:
+            self.heartbeat.stop()
             self.guard.stop()
         if self.fatal:
             logger.error("runjobs stopping: %s", self.fatal)

@@ -18,6 +18,7 @@ from django_jobs.models import DeadLetter
 from django_jobs.store import Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
+from tests.conftest import wait_for
 from tests.observability.conftest import samples
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -126,3 +127,42 @@ def test_the_claim_sets_a_vanished_id_aside_and_one_duty_dead_letters_it_once(re
 def test_a_malformed_queue_url_does_not_crash_the_checks(settings):
     settings.RQ_QUEUES = {"default": {"URL": "not a url", "SERIALIZER": "rq.serializers.JSONSerializer"}}
     assert eviction_messages() == []
+
+
+def test_heartbeats_from_their_own_thread_keep_a_healthy_attempt_alive_until_they_stop(redis_db):
+    """No supervisor loop runs here: the heartbeat thread alone renews, the guard alone kills."""
+    import subprocess
+    import time
+
+    from django_jobs.worker.guard import ClaimBoard, Heartbeat, LeaseGuard
+
+    lease = 1.5
+    store = Store.of(get_connection("default"))
+    jobs.record.enqueue("held")
+    claimed_ns = time.monotonic_ns()
+    _, claimed = store.complete_and_claim(["default"], finished=None, worker_name="w", lease_seconds=lease,
+                                          nonce="n", finished_ttl=60)  # fmt: skip
+    guard, process, board = LeaseGuard(lease), subprocess.Popen(["sleep", "60"]), ClaimBoard()
+    heartbeat = Heartbeat(store, guard, lease)
+    try:
+        guard.add(process.pid, board)
+        board.post(claimed_ns)
+        heartbeat.publish([(process.pid, claimed.token, claimed_ns)])
+        guard.start()
+        heartbeat.start()
+        time.sleep(3 * lease)  # well past 80% of the lease since the claim
+        assert process.poll() is None
+        assert redis_db.zscore("djjobs:leases", claimed.token) is not None
+        beats = heartbeat.gone()
+        assert beats and not any(beats)  # beats ran, and each found the lease
+        heartbeat.stop()  # as when Redis stops answering
+        stopped = time.monotonic()
+        wait_for(lambda: process.poll() is not None, timeout=5, interval=0.01)
+        seconds, micros = redis_db.time()
+        assert seconds + micros / 1e6 < redis_db.zscore("djjobs:leases", claimed.token)  # not expired yet
+        assert time.monotonic() - stopped < lease
+    finally:
+        heartbeat.stop()
+        guard.stop()
+        process.kill()
+        process.wait()
