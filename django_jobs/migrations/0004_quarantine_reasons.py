@@ -4,15 +4,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_jobs', '0003_flow_control'),
+        ("django_jobs", "0003_flow_control"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='deadletter',
-            name='reason',
-            field=models.CharField(choices=[('permanent', 'permanent error'), ('exhausted', 'attempts exhausted'), ('worker lost', 'worker lost'), ('unregistered', 'unregistered job'), ('undecodable', 'undecodable payload'), ('unreadable', 'unreadable item'), ('vanished', 'vanished from Redis')], max_length=20),
+            model_name="deadletter",
+            name="reason",
+            field=models.CharField(
+                choices=[
+                    ("permanent", "permanent error"),
+                    ("exhausted", "attempts exhausted"),
+                    ("worker lost", "worker lost"),
+                    ("unregistered", "unregistered job"),
+                    ("undecodable", "undecodable payload"),
+                    ("unreadable", "unreadable item"),
+                    ("vanished", "vanished from Redis"),
+                ],
+                max_length=20,
+            ),
         ),
     ]
