@@ -100,3 +100,13 @@ def test_an_attempt_is_killed_before_its_lease_expires_while_redis_is_frozen(
     assert first[-1] < frozen_at + lease, (first[-1] - frozen_at, worker.output())
     assert second[0] > first[-1], "the second attempt started while the first still ran"
     assert "killed its attempt" in worker.output()
+
+
+def test_a_healthy_attempt_longer_than_the_lease_is_never_killed(runjobs, tmp_path):
+    lease = settings.JOBS["LEASE_SECONDS"]
+    marks = tmp_path / "marks"
+    worker = runjobs()
+    jobs.lifeline.enqueue(str(marks), 3 * lease)
+    attempts = wait_for(lambda: finished(marks), timeout=60)
+    assert len(attempts) == 1, worker.output()  # one attempt, run to its end
+    assert "killed its attempt" not in worker.output()
