@@ -77,25 +77,40 @@ class Killed:
     silent_for: float  # seconds since its claim or last renewal was sent
 
 
-class LeaseGuard:
-    """Kills work processes whose running attempt's lease may be about to expire."""
+class _Periodic:
+    """A daemon thread that calls :meth:`tick` every ``interval`` seconds until stopped."""
 
-    def __init__(self, lease_seconds: float, share: float = LEASE_SHARE) -> None:
-        self.allowance_ns = int(lease_seconds * share * 1e9)
-        self.poll = min(0.05, lease_seconds * share / 10)
-        self._watched: dict[int, Watched] = {}
-        self._killed: list[Killed] = []
-        self._lock = threading.Lock()
+    def __init__(self, name: str, interval: float) -> None:
+        self.interval = interval
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="lease-guard", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
         self._stopped.set()
-        if self._thread.is_alive():
+        if wait and self._thread.is_alive():
             self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            self.tick()
+            self._stopped.wait(self.interval)
+
+    def tick(self) -> None:
+        raise NotImplementedError
+
+
+class LeaseGuard(_Periodic):
+    """Kills work processes whose running attempt's lease may be about to expire."""
+
+    def __init__(self, lease_seconds: float, share: float = LEASE_SHARE) -> None:
+        super().__init__("lease-guard", min(0.05, lease_seconds * share / 10))
+        self.allowance_ns = int(lease_seconds * share * 1e9)
+        self._watched: dict[int, Watched] = {}
+        self._killed: list[Killed] = []
+        self._lock = threading.Lock()
 
     def add(self, pid: int, board: ClaimBoard) -> None:
         """Guard a freshly forked work process that posts to ``board``."""
@@ -127,11 +142,10 @@ class LeaseGuard:
             killed, self._killed = self._killed, []
         return killed
 
-    def _run(self) -> None:
-        while not self._stopped.wait(self.poll):
-            with self._lock:
-                for pid, watched in self._watched.items():
-                    self._check(pid, watched, time.monotonic_ns())
+    def tick(self) -> None:
+        with self._lock:
+            for pid, watched in self._watched.items():
+                self._check(pid, watched, time.monotonic_ns())
 
     def _check(self, pid: int, watched: Watched, now: int) -> None:
         claimed = watched.board.read()
@@ -150,22 +164,14 @@ class LeaseGuard:
         self._killed.append(Killed(pid, claimed, (now - since) / 1e9))
 
 
-class Heartbeat:
+class Heartbeat(_Periodic):
     """Renews the leases of the attempts the supervisor published, every third of a lease."""
 
     def __init__(self, store: Store, guard: LeaseGuard, lease_seconds: float) -> None:
+        super().__init__("heartbeat", lease_seconds / 3)
         self.store, self.guard, self.lease = store, guard, lease_seconds
         self._attempts: list[tuple[int, str, int | None]] = []
         self._gone: deque[set[str]] = deque()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop beating; a beat blocked on a frozen Redis is not waited for (it holds no job)."""
-        self._stopped.set()
 
     def publish(self, attempts: Iterable[tuple[int, str, int | None]]) -> None:
         """The leases to keep: ``(pid, token, claim sent at in ns)`` of every attempt held now."""
@@ -178,12 +184,7 @@ class Heartbeat:
             results.append(self._gone.popleft())
         return results
 
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            self.beat()
-            self._stopped.wait(self.lease / 3)
-
-    def beat(self) -> None:
+    def tick(self) -> None:
         attempts = self._attempts
         if not attempts:
             return

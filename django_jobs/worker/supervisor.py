@@ -362,7 +362,7 @@ class Supervisor:
         try:
             self._loop()
         finally:
-            self.heartbeat.stop()
+            self.heartbeat.stop(wait=False)  # a beat blocked on a frozen Redis holds no job
             self.guard.stop()
         if self.fatal:
             logger.error("runjobs stopping: %s", self.fatal)

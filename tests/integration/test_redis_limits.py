@@ -155,7 +155,7 @@ def test_heartbeats_from_their_own_thread_keep_a_healthy_attempt_alive_until_the
         assert redis_db.zscore("djjobs:leases", claimed.token) is not None
         beats = heartbeat.gone()
         assert beats and not any(beats)  # beats ran, and each found the lease
-        heartbeat.stop()  # as when Redis stops answering
+        heartbeat.stop(wait=True)  # as when Redis stops answering
         stopped = time.monotonic()
         wait_for(lambda: process.poll() is not None, timeout=5, interval=0.01)
         seconds, micros = redis_db.time()
