@@ -9,13 +9,14 @@ from .keys import (
     LEASES,
     LOST,
     QUEUES_SET,
+    VANISHED,
     job_key,
     queue_key,
     scheduled_key,
     wake_key,
     wip_key,
 )
-from .machine import Claimed, Pushable, Store, load
+from .machine import Claimed, Pushable, Store, VanishedId, load
 from .record import (
     JOB_ID,
     JobRecord,
@@ -38,11 +39,13 @@ __all__ = [
     "LEASES",
     "LOST",
     "QUEUES_SET",
+    "VANISHED",
     "Claimed",
     "JobRecord",
     "Pushable",
     "Status",
     "Store",
+    "VanishedId",
     "int_field",
     "job_key",
     "load",

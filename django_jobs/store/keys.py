@@ -15,6 +15,8 @@ django_jobs adds what RQ lacks:
 * ``djjobs:lost``        attempts whose worker died; the supervisor decides retry or dead letter.
   Scored by when they are due to be looked at: an item a pass could not settle goes behind the others.
 * ``djjobs:dying``       jobs being dead-lettered; they leave only once the database row exists.
+* ``djjobs:vanished``    ``<queue>\n<id>`` of ids popped from a queue whose hash was gone (evicted,
+  deleted), waiting for a maintenance duty to write their ``vanished`` dead letter.
 * ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
 * ``djjobs:unique:<k>``  the job holding a unique key; ``djjobs:slots:<name>`` and
   ``djjobs:rate:<name>:<window>`` a job type's concurrency slots and rate counters.
@@ -34,6 +36,7 @@ WORKERS_SET = "rq:workers"
 LEASES = "djjobs:leases"
 LOST = "djjobs:lost"
 DYING = "djjobs:dying"
+VANISHED = "djjobs:vanished"
 ALERT_DUE = "djjobs:alertdue"
 #: Prefixes of the alert keys of one fingerprint (a script scanning ALERT_DUE appends the fingerprint).
 ALERT_WINDOW_PREFIX = "djjobs:alert:"

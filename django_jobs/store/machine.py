@@ -67,6 +67,15 @@ class Pushable(Protocol):
 
 
 @dataclass(frozen=True)
+class VanishedId:
+    """A job id popped from ``queue`` after its hash was gone: only the id and queue are known."""
+
+    member: bytes  # as stored in VANISHED, to remove it once its dead letter is written
+    queue: str
+    id: str
+
+
+@dataclass(frozen=True)
 class Claimed:
     """A job this worker now holds a lease on; ``record`` is its hash as the claim found it."""
 
@@ -103,7 +112,7 @@ def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]
     Worked out once per worker (the arguments do not change between claims), so a claim costs
     nothing more than it did when the script built the names itself.
     """
-    layout = [keys.LEASES, keys.DYING]
+    layout = [keys.LEASES, keys.DYING, keys.VANISHED]
     for queue in queues:
         layout += [keys.queue_key(queue), keys.scheduled_key(queue), keys.wip_key(queue)]
     slots: dict[str, int] = {}
@@ -191,7 +200,7 @@ class Store:
         token, done_queue = finished or ("", "")
         done = [keys.wip_key(done_queue), keys.job_key(split_token(token))] if token else []
         args: list[str | float] = [token, len(queues), stamp, finished_ttl, worker_name, lease_seconds, stamp]
-        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX]
+        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, *queues]
         reply = self._complete_and_claim(keys=layout + done, args=args + tail)
         ok = bool(reply[0])
         while len(reply) == 2:  # it deferred a batch of limited jobs: look behind them
@@ -263,6 +272,19 @@ class Store:
     def defer(self, key: str, member: bytes, seconds: float) -> None:
         """Put one member of LOST or DYING behind the others, so a scan's head always moves on."""
         self._defer(keys=[key], args=[member, seconds])
+
+    def vanished(self, limit: int = 100) -> list[VanishedId]:
+        """Ids the claim found without a hash, oldest first."""
+        found = []
+        members: list[bytes] = self.connection.zrange(keys.VANISHED, 0, limit - 1)  # type: ignore[assignment]
+        for member in members:
+            queue, _, job_id = text(member).partition("\n")
+            found.append(VanishedId(member, queue, job_id))
+        return found
+
+    def forget_vanished(self, item: VanishedId) -> bool:
+        """Drop an id whose dead letter exists; False if another runjobs already did."""
+        return bool(self.connection.zrem(keys.VANISHED, item.member))
 
     def buried(self, job_id: str, ttl: int) -> None:
         self.settled(keys.DYING, to_bytes(job_id), to_bytes(job_id), ttl)

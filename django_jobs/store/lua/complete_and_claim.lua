@@ -1,11 +1,11 @@
 -- Finish the previous job, then claim the next one from the queues (in priority order).
--- KEYS[1] leases, KEYS[2] dying; then three keys per queue (its list, scheduled set, wip set);
+-- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished; then three keys per queue (its list, scheduled set, wip set);
 -- then the slot keys of the limited job names; then, when a job finished, its wip set and its hash.
 -- ARGV[1] finished token or '', ARGV[2] number of queues, ARGV[3] ended_at, ARGV[4] finished ttl,
 -- ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
 -- ARGV[9] JSON {job name or alias: [concurrency, rate count, rate period, index of its slot key or 0,
 -- rate counter prefix]} (slots and rate windows are keyed by the canonical name, so aliases share them),
--- ARGV[10] seconds a limited job waits, ARGV[11] the job hash prefix.
+-- ARGV[10] seconds a limited job waits, ARGV[11] the job hash prefix, ARGV[11 + n] the name of queue n.
 -- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), and a rate
 -- counter (its name holds the window, from Redis time); both built from prefixes in ARGV, on this server.
 -- The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
@@ -13,7 +13,7 @@
 -- Returns {finished_ok, queue number, id, token, fields} (fields as they were before the claim),
 -- {finished_ok, 'deferred'} after deferring a batch of limited jobs, or {finished_ok}.
 ${NOW}
-local leases, dying = KEYS[1], KEYS[2]
+local leases, dying, vanished = KEYS[1], KEYS[2], KEYS[3]
 local finished = 0
 if ARGV[1] ~= '' then
   if redis.call('ZREM', leases, ARGV[1]) == 1 then
@@ -55,7 +55,7 @@ local function blocked(limit)
 end
 
 for n = 1, tonumber(ARGV[2]) do
-  local list, sched, wip = KEYS[3 * n], KEYS[3 * n + 1], KEYS[3 * n + 2]
+  local list, sched, wip = KEYS[3 * n + 1], KEYS[3 * n + 2], KEYS[3 * n + 3]
   local id = redis.call('LPOP', list)
   while id do
     local key = ARGV[11] .. id
@@ -87,6 +87,9 @@ for n = 1, tonumber(ARGV[2]) do
         end
         return {finished, n, id, token, fields}
       end
+    else
+      -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
+      redis.pcall('ZADD', vanished, now, ARGV[11 + n] .. '\n' .. id)
     end
     id = redis.call('LPOP', list)
   end
