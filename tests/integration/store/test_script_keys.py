@@ -101,7 +101,7 @@ def _every_transition(client: redis.Redis) -> None:
     jobs.always_fails.enqueue("i")
     store = Store.of(client)
     wait_for(lambda: (store.next_due(["default"]) or 0) <= 0)
-    assert run_jobs(["default"]) >= 7
+    run_jobs(["default"])
     handle = jobs.record.enqueue("h")
     _, claimed = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="n", finished_ttl=60
