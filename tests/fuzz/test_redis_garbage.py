@@ -2,10 +2,11 @@
 jobs run on two ``runjobs``.
 
 Each Hypothesis example plants a handful of bad items (ids that are not UTF-8, ids whose hash is
-gone, keys of the wrong type, job hashes with one garbage field, expired leases of nobody, rows of
-an outbox that names no queue, a queue or lease key of the wrong type...) and enqueues valid jobs beside them. Every valid job must run
-exactly once, every planted item must leave the structure it was planted in (quarantined as a
-dead letter, or run at most once), and both ``runjobs`` must stay up.
+gone, ids whose key is not a hash, job hashes with one garbage field, expired leases of nobody,
+outbox rows that name no queue, a queue or lease key of the wrong type...) and enqueues valid jobs
+beside them. Every valid job must run exactly once, every planted item must leave the structure
+it was planted in (quarantined as a dead letter, or run at most once), and both ``runjobs`` must
+stay up.
 
 Small in CI; ``JOBS_FUZZ_EXAMPLES`` (examples, default 8) and ``JOBS_FUZZ_RANDOM=1`` (a new seed
 each run instead of the fixed one) make it a long, wide run.

@@ -86,7 +86,7 @@ def break_rate_windows(redis_db: redis.Redis) -> None:
     ("enqueue", "breaks"),
     [
         (lambda: jobs.record.enqueue("a"), lambda r: r.set(LEASES, "not a sorted set")),
-        (lambda: jobs.limited.enqueue("b", 0), lambda r: r.set("djjobs:slots:tests.limited", "not a sorted set")),
+        (lambda: jobs.limited.enqueue("b", 0), lambda r: r.set("djjobs:slots:tests.limited", "a string")),
         (lambda: jobs.rated.enqueue("c"), break_rate_windows),
     ],
     ids=["lease set", "concurrency slots", "rate counter"],
