@@ -97,6 +97,11 @@ def stats_hour(when: dt.datetime) -> str:
     return f"djjobs:stats:h:{when.astimezone(dt.UTC):%Y%m%d%H}"
 
 
+def quarantine_key(key: str, when: float) -> str:
+    """Where a structure key of the wrong type is moved aside, unchanged."""
+    return f"djjobs:quarantine:{key}:{when:.6f}"
+
+
 def alert_keys(fingerprint: str) -> list[str]:
     """A group's window marker, count and last counted dead letter, then :data:`ALERT_DUE`."""
     return [

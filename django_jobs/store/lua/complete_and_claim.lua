@@ -1,5 +1,6 @@
 -- Finish the previous job, then claim the next one from the queues (in priority order).
--- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished; then three keys per queue (its list, scheduled set, wip set);
+-- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished; then three keys per queue (its list, scheduled
+-- set, wip set);
 -- then the slot keys of the limited job names; then, when a job finished, its wip set and its hash.
 -- ARGV[1] finished token or '', ARGV[2] number of queues, ARGV[3] ended_at, ARGV[4] finished ttl,
 -- ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
@@ -9,7 +10,8 @@
 -- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), and a rate
 -- counter (its name holds the window, from Redis time); both built from prefixes in ARGV, on this server.
 -- The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
--- Nothing after the LPOP may raise: a script error would leave the popped id nowhere.
+-- Nothing after the LPOP may raise unless it first puts the id back (put_back): a script error would
+-- otherwise leave the popped id nowhere.
 -- Returns {finished_ok, queue number, id, token, fields} (fields as they were before the claim),
 -- {finished_ok, 'deferred'} after deferring a batch of limited jobs, or {finished_ok}.
 ${NOW}
@@ -54,15 +56,35 @@ local function blocked(limit)
   return nil
 end
 
+-- A write after the LPOP failed (a structure key of the wrong type): put the id back at the head
+-- of its queue and fail the claim, so the job is not lost; maintenance moves the broken key aside.
+local function put_back(list, id, err)
+  redis.call('LPUSH', list, id)
+  error(err)
+end
+
+local function must(list, id, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then put_back(list, id, reply) end
+  return reply
+end
+
 for n = 1, tonumber(ARGV[2]) do
   local list, sched, wip = KEYS[3 * n + 1], KEYS[3 * n + 2], KEYS[3 * n + 3]
   local id = redis.call('LPOP', list)
   while id do
     local key = ARGV[11] .. id
-    local fields = redis.pcall('HGETALL', key)
+    local fields = {}
+    if #id > 64 or not string.match(id, '^[A-Za-z0-9_%-]+$$') then
+      -- an id django_jobs never makes (the id rule: JOB_ID): never run, never handed to a worker
+      -- (whose reports it could garble); quarantined from its raw bytes by the dying scan
+      fields = {err = 'id'}
+    else
+      fields = redis.pcall('HGETALL', key)
+    end
     if fields.err then
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
-      redis.call('ZADD', dying, now, id)
+      must(list, id, 'ZADD', dying, now, id)
     elseif #fields > 0 then
       local attempt, name = 0, ''
       for i = 1, #fields, 2 do
@@ -70,20 +92,21 @@ for n = 1, tonumber(ARGV[2]) do
         elseif fields[i] == 'description' then name = fields[i + 1] end
       end
       local limit = limit_of(name)
-      local wait = blocked(limit)
+      local checked, wait = pcall(blocked, limit)
+      if not checked then put_back(list, id, wait) end  -- a slot or rate key of the wrong type
       if wait then
+        must(list, id, 'ZADD', sched, now + wait + deferred * 0.01, id)
         redis.call('HSET', key, 'status', '${SCHEDULED}')
-        redis.call('ZADD', sched, now + wait + deferred * 0.01, id)
         deferred = deferred + 1
         if deferred >= 20 then return {finished, 'deferred'} end
       else
         local token = id .. ':' .. ARGV[8]
+        must(list, id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
         redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
                    'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
-        redis.call('ZADD', leases, now + tonumber(ARGV[6]), token)
-        redis.call('ZADD', wip, '+inf', token)
+        redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
         if limit and limit[1] > 0 then
-          redis.call('ZADD', KEYS[limit[4]], now, token)
+          redis.pcall('ZADD', KEYS[limit[4]], now, token)
         end
         return {finished, n, id, token, fields}
       end

@@ -72,12 +72,15 @@ for _, j in ipairs(jobs) do
   elseif skip then
     table.insert(seen, id)
   else
-    redis.call('HSET', key, unpack(j[4]))
+    -- The queue (or scheduled set) first: if that key is broken the script stops before the job
+    -- hash exists, so a later push of this id (the relay's) is not mistaken for "already there".
     if due > 0 then
-      redis.call('HSET', key, 'status', '${SCHEDULED}')
       redis.call('ZADD', KEYS[q + 1], due, id)
+      redis.call('HSET', key, unpack(j[4]))
+      redis.call('HSET', key, 'status', '${SCHEDULED}')
     else
       redis.call('RPUSH', KEYS[q], id)
+      redis.call('HSET', key, unpack(j[4]))
       queues[q] = (queues[q] or 0) + 1
     end
   end
