@@ -9,9 +9,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 from redis.exceptions import RedisError
 
-from django_jobs.collectors import QueueStats, Worker, snapshot
 from django_jobs.connections import connection_identity, queue_configs
 from django_jobs.exceptions import ConfigurationError
+from django_jobs.inspect import QueueState, WorkerState, servers
 from django_jobs.management.arguments import real
 
 CHECKS = ("database", "redis", "workers", "age")
@@ -78,12 +78,12 @@ class Command(BaseCommand):
         return failures
 
     def _queues(self, queues: list[str], skip: set[str], max_age: float, local: bool) -> list[str]:
-        stats: list[QueueStats] = []
-        workers: list[Worker] = []
+        stats: list[QueueState] = []
+        workers: list[WorkerState] = []
         try:
-            for part in snapshot(queues):
+            for part in servers(queues):
                 stats += part.queues
-                workers += part.workers
+                workers += [w for w in part.workers if w.state]
         except RedisError as exc:
             return self._report(False, "redis", str(exc))
         failures = [] if "redis" in skip else self._report(True, "redis", ", ".join(queues))
@@ -91,7 +91,7 @@ class Command(BaseCommand):
             workers = [w for w in workers if w.hostname == socket.gethostname()]
         for queue in stats:
             if "workers" not in skip:
-                serving = sum(queue.name in w.queues for w in workers)
+                serving = sum(queue.name in w.served for w in workers)
                 failures += self._report(bool(serving), "workers", f"{queue.name}: {serving} live")
             if "age" not in skip:
                 age = queue.oldest_age or 0.0
