@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import weakref
-from collections import Counter as Tally
+from collections import Counter
 from collections.abc import Iterable
 
 from django.db import DatabaseError, connections, router
@@ -46,7 +46,7 @@ class JobsCollector:
     def collect(self) -> Iterable[Metric]:
         families = self._families()
         depth, age, scheduled, dead, pending, outbox_age, workers, overdue = families
-        states = Tally({"busy": 0, "idle": 0})
+        states = Counter({"busy": 0, "idle": 0})
         try:
             for server in inspect.servers(sorted(queue_configs())):
                 for queue in server.queues:
