@@ -68,6 +68,9 @@ class JobsSettings:
     # Modules that define jobs outside an installed app's jobs.py, imported at start-up with the
     # jobs modules, so runjobs knows every job the web process can enqueue.
     IMPORT_MODULES: list[str] = field(default_factory=list)
+    # runjobs refuses to start on a Redis that evicts keys when full (maxmemory-policy other than
+    # noeviction, with maxmemory set): evicted jobs vanish. True starts it anyway, with a warning.
+    ALLOW_EVICTION: bool = False
 
     def default_retry(self) -> RetryPolicy:
         """The policy of every job that passes no ``retry=``; raises ValueError or TypeError if malformed."""
@@ -98,6 +101,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     **{name: type(DEFAULTS[name]) for name in (*NUMERIC, "MODE", "LOG_FORMAT")},
     **{name: type(DEFAULTS[name]) for name in ("DEFAULT_RETRY", "ALERT_HOOKS", "CRON")},
     "IMPORT_MODULES": _module_paths,
+    "ALLOW_EVICTION": bool,
 }
 # An integer default does not make its setting integral where the code always worked in floats.
 _COERCE.update({name: float for name, spec in _FIELDS.items() if spec.type == "float"})

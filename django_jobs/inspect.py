@@ -97,13 +97,17 @@ def by_server(queues: Sequence[str]) -> list[list[str]]:
     return list(servers.values())
 
 
+def server_connections(queues: Sequence[str]) -> list[tuple[list[str], Redis]]:
+    """``queues`` grouped by the Redis server they live on, each group with the web side's client."""
+    return [(names, get_connection(names[0])) for names in by_server(queues)]
+
+
 def read_all(
     queues: Sequence[str], now: dt.datetime | None = None, **options: Any
 ) -> Iterator[tuple[list[str], Redis, ServerState | RedisError]]:
     """:func:`read` of each server behind ``queues``; a server that does not answer yields its error."""
     now = now or dt.datetime.now(dt.UTC)
-    for names in by_server(queues):
-        connection = get_connection(names[0])
+    for names, connection in server_connections(queues):
         state: ServerState | RedisError
         try:
             state = read(connection, names, now, **options)

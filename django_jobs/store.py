@@ -14,6 +14,8 @@ django_jobs adds what RQ lacks:
 * ``djjobs:lost``        attempts whose worker died; the supervisor decides retry or dead letter.
   Scored by when they are due to be looked at: an item a pass could not settle goes behind the others.
 * ``djjobs:dying``       jobs being dead-lettered; they leave only once the database row exists.
+* ``djjobs:vanished``    ``<queue>\n<id>`` of ids popped from a queue whose hash was gone (evicted,
+  deleted), waiting for a maintenance duty to write their ``vanished`` dead letter.
 * ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
 
 Every transition is one script, so a process killed at any instant leaves each job in exactly one
@@ -39,6 +41,7 @@ QUEUES_SET = "rq:queues"
 LEASES = "djjobs:leases"
 LOST = "djjobs:lost"
 DYING = "djjobs:dying"
+VANISHED = "djjobs:vanished"
 
 
 #: What a job id may be: RQ's own rule (letters, digits, ``_`` and ``-``; rq.job.JOB_ID_PATTERN), at
@@ -278,6 +281,9 @@ for _, queue in ipairs(KEYS) do
         end
         return {finished, queue, id, token, fields}
       end
+    else
+      -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
+      redis.pcall('ZADD', 'djjobs:vanished', now, queue .. '\\n' .. id)
     end
     id = redis.call('LPOP', 'rq:queue:' .. queue)
   end
@@ -428,6 +434,15 @@ class Pushable(Protocol):
     @property
     def debounce(self) -> float: ...
     def fields(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class VanishedId:
+    """A job id popped from ``queue`` after its hash was gone: only the id and queue are known."""
+
+    member: bytes  # as stored in VANISHED, to remove it once its dead letter is written
+    queue: str
+    id: str
 
 
 @dataclass(frozen=True)
@@ -591,6 +606,19 @@ class Store:
     def defer(self, key: str, member: bytes, seconds: float) -> None:
         """Put one member of LOST or DYING behind the others, so a scan's head always moves on."""
         self._defer(keys=[key], args=[member, seconds])
+
+    def vanished(self, limit: int = 100) -> list[VanishedId]:
+        """Ids the claim found without a hash, oldest first."""
+        found = []
+        members: list[bytes] = self.connection.zrange(VANISHED, 0, limit - 1)  # type: ignore[assignment]
+        for member in members:
+            queue, _, job_id = member.decode(errors="replace").partition("\n")
+            found.append(VanishedId(member, queue, job_id))
+        return found
+
+    def forget_vanished(self, item: VanishedId) -> bool:
+        """Drop an id whose dead letter exists; False if another runjobs already did."""
+        return bool(self.connection.zrem(VANISHED, item.member))
 
     def buried(self, job_id: str, ttl: int) -> None:
         self.settled(DYING, to_bytes(job_id), to_bytes(job_id), ttl)

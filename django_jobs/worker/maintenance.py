@@ -23,14 +23,14 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
-from .. import alerts, deadletter, execution, idempotency, stats
+from .. import alerts, deadletter, execution, idempotency, metrics, stats
 from ..conf import jobs_settings
 from ..connections import connection_identity, get_connection
 from ..cron import Scheduler
 from ..enqueue import Envelope
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
-from ..store import DYING, LOST, Claimed, Store, to_bytes, to_text, valid_job_id
+from ..store import DYING, LOST, Claimed, Store, VanishedId, to_bytes, to_text, valid_job_id
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -160,6 +160,7 @@ class Maintenance:
             Every(interval, self.promote_and_reap),
             Every(1.0, self.relay_outbox),
             Every(5.0, self.finish_dying),
+            Every(5.0, self.record_vanished),
             Every(600.0, self.prune_keys),
             Every(5.0, self.flush_alerts),
             Every(min(interval, 0.2), self.scheduler.tick),
@@ -286,6 +287,26 @@ class Maintenance:
             history=history if isinstance(history, list) else [],
         )
         deadletter.bury(self.store, failure, fields)
+
+    def record_vanished(self) -> None:
+        """Dead-letter the ids a claim popped after their hash was gone, so no eviction is silent."""
+        for item in self.store.vanished():
+            _guarded(f"recording vanished job {item.id}", partial(self._record_vanished, item))
+
+    def _record_vanished(self, item: VanishedId) -> None:
+        message = (
+            f"The job's id was taken from queue {item.queue!r} but its hash was gone from Redis "
+            "(evicted under maxmemory, or deleted), so nothing ran and its payload is lost."
+        )
+        deadletter.record(
+            deadletter.Failure(item.id, item.queue, DeadLetter.Reason.VANISHED, "JobVanished", message),
+            {},
+        )
+        if self.store.forget_vanished(item):  # counted and logged once, by whoever removed it
+            metrics.vanished(item.queue)
+            logger.warning(
+                "Job %s vanished from queue %s: %s Recorded as a dead letter.", item.id, item.queue, message
+            )
 
     # --- the outbox relay ---------------------------------------------------------------------------
 
