@@ -175,12 +175,15 @@ for _, j in ipairs(jobs) do
   elseif skip then
     table.insert(seen, id)
   else
-    redis.call('HSET', key, unpack(j[4]))
+    -- The queue (or scheduled set) first: if that key is broken the script stops before the job
+    -- hash exists, so a later push of this id (the relay's) is not mistaken for "already there".
     if due > 0 then
-      redis.call('HSET', key, 'status', 'scheduled')
       redis.call('ZADD', 'rq:scheduled:' .. queue, due, id)
+      redis.call('HSET', key, unpack(j[4]))
+      redis.call('HSET', key, 'status', 'scheduled')
     else
       redis.call('RPUSH', 'rq:queue:' .. queue, id)
+      redis.call('HSET', key, unpack(j[4]))
       queues[queue] = (queues[queue] or 0) + 1
     end
   end
@@ -249,35 +252,56 @@ local function blocked(name)
   return nil
 end
 
+-- A write after the LPOP failed (a structure key of the wrong type): put the id back at the head
+-- of its queue and fail the claim, so the job is not lost; maintenance moves the broken key aside.
+local function put_back(queue, id, err)
+  redis.call('LPUSH', 'rq:queue:' .. queue, id)
+  error(err)
+end
+
+local function must(queue, id, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then put_back(queue, id, reply) end
+  return reply
+end
+
 for _, queue in ipairs(KEYS) do
   local id = redis.call('LPOP', 'rq:queue:' .. queue)
   while id do
     local key = 'rq:job:' .. id
-    local fields = redis.pcall('HGETALL', key)
+    local fields = {}
+    if #id > 64 or not string.match(id, '^[A-Za-z0-9_%-]+$') then
+      -- an id django_jobs never makes (the id rule: JOB_ID): never run, never handed to a worker
+      -- (whose reports it could garble); quarantined from its raw bytes by the dying scan
+      fields = {err = 'id'}
+    else
+      fields = redis.pcall('HGETALL', key)
+    end
     if fields.err then
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
-      redis.call('ZADD', 'djjobs:dying', now, id)
+      must(queue, id, 'ZADD', 'djjobs:dying', now, id)
     elseif #fields > 0 then
       local attempt, name = 0, ''
       for i = 1, #fields, 2 do
         if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
         elseif fields[i] == 'description' then name = fields[i + 1] end
       end
-      local wait = blocked(name)
+      local checked, wait = pcall(blocked, name)
+      if not checked then put_back(queue, id, wait) end  -- a slot or rate key of the wrong type
       if wait then
+        must(queue, id, 'ZADD', 'rq:scheduled:' .. queue, now + wait + deferred * 0.01, id)
         redis.call('HSET', key, 'status', 'scheduled')
-        redis.call('ZADD', 'rq:scheduled:' .. queue, now + wait + deferred * 0.01, id)
         deferred = deferred + 1
         if deferred >= 20 then return {finished, 'deferred'} end
       else
         local token = id .. ':' .. ARGV[8]
+        must(queue, id, 'ZADD', 'djjobs:leases', now + tonumber(ARGV[6]), token)
         redis.call('HSET', key, 'status', 'started', 'started_at', ARGV[7], 'worker_name', ARGV[5],
                    'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
-        redis.call('ZADD', 'djjobs:leases', now + tonumber(ARGV[6]), token)
-        redis.call('ZADD', 'rq:wip:' .. queue, '+inf', token)
+        redis.pcall('ZADD', 'rq:wip:' .. queue, '+inf', token)  -- RQ's registry: for its tools only
         local limit = limit_of(name)
         if limit and limit[1] > 0 then
-          redis.call('ZADD', 'djjobs:slots:' .. limit[4], now, token)
+          redis.pcall('ZADD', 'djjobs:slots:' .. limit[4], now, token)
         end
         return {finished, queue, id, token, fields}
       end

@@ -31,6 +31,7 @@ from ..enqueue import Envelope
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
 from ..store import DYING, LOST, Claimed, Store, VanishedId, to_bytes, to_text, valid_job_id
+from . import structure
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -158,6 +159,7 @@ class Maintenance:
         self.paused: dict[str, float] = {}  # queue -> when (monotonic) the relay tries its Redis again
         self.duties = [
             Every(interval, self.promote_and_reap),
+            Every(1.0, self.check_structures),  # before the relay, whose pushes a broken key would fail
             Every(1.0, self.relay_outbox),
             Every(5.0, self.finish_dying),
             Every(5.0, self.record_vanished),
@@ -395,6 +397,10 @@ class Maintenance:
         deadletter.quarantine(failure, fields, source=f"outbox ({alias})", member=to_bytes(row.pk))
         OutboxEntry.objects.using(alias).filter(pk=row.pk).delete()
         self.strikes.forget(("outbox", to_bytes(row.pk)))
+
+    def check_structures(self) -> None:
+        """Move aside a queue, lease or scheduled key of the wrong type, so it stops failing every job."""
+        structure.quarantine_wrong_types(self.store.connection, self.queues)
 
     def prune_keys(self) -> None:
         idempotency.prune()
