@@ -1,6 +1,6 @@
 """Every key a store script touches is one its caller passed in KEYS, so a script can run on a sharded
 or clustered Redis; the only exceptions are the keys a script learns while it runs (the hash of a job
-id it reads from a queue or a marker, a rate window, a worker record, an alert group), as documented
+id it reads from a queue or a marker, a rate window, an alert group), as documented
 in each script's header."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from django_jobs import alerts, collectors
+from django_jobs import alerts
 from django_jobs.store import LEASES, Store
 from django_jobs.store.machine import load
 from django_jobs.testing import run_jobs
@@ -25,7 +25,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 LEARNED = (
     "rq:job:",
     "djjobs:rate:",
-    "rq:worker:",
     "djjobs:alert:",
     "djjobs:alertcount:",
     "djjobs:alertlast:",
@@ -118,14 +117,13 @@ def _every_transition(client: redis.Redis) -> None:
     store.maintain(["default"])
     store.lost_tokens()
     store.dying(0)
-    list(collectors.snapshot(["default"]))
 
 
 def test_every_key_a_store_script_touches_was_passed_in_keys(recorder, redis_db):
     _every_transition(redis_db)
     _stop(recorder, redis_db)
     evalsha = [x["command"].split(" ")[1] for x in recorder.lines if x["command"].startswith("EVALSHA")]
-    assert len(set(evalsha)) >= 9  # push, claim, fail, release, heartbeat, maintain, buried, due, snapshot
+    assert len(set(evalsha)) >= 8  # push, claim, fail, release, heartbeat, maintain, buried, due
     assert recorder.stray_keys() == {}
 
 
@@ -139,7 +137,7 @@ def test_the_alert_scripts_touch_only_their_keys(recorder, redis_db, settings):
     assert recorder.stray_keys() == {}
 
 
-@pytest.mark.parametrize("name", ["push", "complete_and_claim", "alert_gate", "alert_flush", "snapshot"])
+@pytest.mark.parametrize("name", ["push", "complete_and_claim", "alert_gate", "alert_flush"])
 def test_a_script_is_registered_once_per_connection(name: str, redis_db):
     loaded: Callable[[], object] = lambda: load(redis_db, name)  # noqa: E731
     assert loaded() is loaded()
