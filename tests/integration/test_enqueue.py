@@ -15,10 +15,9 @@ from django_jobs.models import OutboxEntry
 from django_jobs.store import Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
+from tests.chaos import DOWN
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
-
-DOWN = {"URL": "redis://127.0.0.1:6390/0", "SERIALIZER": "rq.serializers.JSONSerializer"}  # nothing listens
 
 
 def queued(redis_db, queue="default"):
