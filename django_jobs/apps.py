@@ -16,9 +16,10 @@ class DjangoJobsConfig(AppConfig):
     discovered: frozenset[str] = frozenset()
 
     def ready(self) -> None:
-        from . import chains, checks, collectors, registry  # noqa: F401  checks and chains register on import
+        from . import chains, checks, collectors, enqueue, registry  # noqa: F401  checks and chains register on import
         from .conf import jobs_settings
 
+        registry.deliver_through(enqueue.enqueue_calls)
         collectors.register()  # the queue and dead-letter gauges join django-prometheus's /metrics
 
         autodiscover_modules("jobs")

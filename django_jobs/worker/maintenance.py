@@ -23,11 +23,11 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
-from .. import alerts, deadletter, execution, idempotency, stats
+from .. import alerts, deadletter, execution, idempotency, outbox, stats
 from ..conf import jobs_settings
 from ..connections import connection_identity, get_connection
 from ..cron import Scheduler
-from ..enqueue import Envelope
+from ..envelope import Envelope
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
 from ..store import DYING, LOST, Claimed, Store, to_bytes, to_text, valid_job_id
@@ -317,7 +317,7 @@ class Maintenance:
         groups: dict[str, list[tuple[OutboxEntry, Envelope]]] = {}
         for row in rows:
             try:  # an unknown queue, broken options, an id that breaks the rule: never pushable
-                envelope = Envelope.from_row(row)
+                envelope = outbox.envelope(row)
                 groups.setdefault(connection_identity(row.queue), []).append((row, envelope))
             except Exception as exc:
                 self._quarantine_row_guarded(alias, row, exc)
