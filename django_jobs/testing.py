@@ -20,6 +20,7 @@ from .backends import capture
 from .backends.capture import Captured, CapturedJob
 from .conf import jobs_settings
 from .connections import get_connection, queue_configs
+from .outcomes import Outcome
 from .store import Store
 
 __all__ = ["Captured", "CapturedJob", "capture_jobs", "immediate_jobs", "run_jobs"]
@@ -74,7 +75,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
             break
         ran += 1
         outcome = execution.run(store, claimed)
-        finished = (claimed.token, claimed.queue) if outcome is execution.Outcome.SUCCESS else None
+        finished = (claimed.token, claimed.queue) if outcome is Outcome.SUCCESS else None
     if finished is not None:
         store.complete_and_claim(
             [],

@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from .. import execution, registry, stats
 from ..conf import jobs_settings
+from ..outcomes import Outcome
 from ..store import Claimed, Store, wake_key
 
 logger = logging.getLogger("django_jobs.worker")
@@ -103,7 +104,7 @@ class WorkProcess:
 
             outcome = self._run(store, claimed, arm)
             self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
-            if outcome is execution.Outcome.SUCCESS:
+            if outcome is Outcome.SUCCESS:
                 finished = (claimed.token, claimed.queue)
                 self._report("C")  # ran; keep the lease alive until the completion lands
             else:
@@ -122,7 +123,7 @@ class WorkProcess:
             return True  # cannot tell: keep trying, as the claim loop does
         return due is not None and due <= self.burst_wait
 
-    def _run(self, store: Store, claimed: Claimed, arm: Callable[[float], None]) -> execution.Outcome:
+    def _run(self, store: Store, claimed: Claimed, arm: Callable[[float], None]) -> Outcome:
         """Run one job. Whatever escapes (Redis down while settling, or a fault in the settling
         itself) costs this attempt, not the process: the lease expires and the job is retried."""
         try:
@@ -132,7 +133,7 @@ class WorkProcess:
             logger.warning("Redis unavailable while settling job %s (%s)", claimed.id, exc)
         except BaseException:
             logger.exception("Could not settle job %s; it will be retried once its lease expires", claimed.id)
-        return execution.Outcome.LOST
+        return Outcome.LOST
 
     def _wait(self) -> None:
         """Block until a wake token arrives or a second passes; the token itself carries nothing."""
