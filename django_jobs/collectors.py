@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import weakref
-from collections import Counter as Tally
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -124,7 +124,7 @@ class JobsCollector:
     def collect(self) -> Iterable[Metric]:
         families = self._families()
         depth, age, scheduled, dead, pending, outbox_age, workers, overdue = families
-        states = Tally({"busy": 0, "idle": 0})
+        states = Counter({"busy": 0, "idle": 0})
         try:
             for stats in snapshot(sorted(queue_configs())):
                 for queue in stats.queues:

@@ -150,7 +150,7 @@ def _check_permanent(name: str, permanent: object) -> tuple[type[BaseException],
     for item in items:
         if not (isinstance(item, type) and issubclass(item, BaseException)):
             raise ValueError(f"@job {name!r}: permanent= takes exception classes, got {item!r}.")
-    return tuple(items)  # type: ignore[arg-type]
+    return tuple(items)
 
 
 _PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
