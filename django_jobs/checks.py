@@ -13,10 +13,13 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.urls import get_resolver
 from django.utils.module_loading import import_string
+from redis.exceptions import RedisError
 from rq.serializers import JSONSerializer, resolve_serializer
 
 from . import registry
 from .conf import DEFAULTS, jobs_settings
+from .connections import queue_configs
+from .eviction import eviction_policy
 from .exceptions import JobNotFound
 
 MODES = ("queue", "immediate", "capture")
@@ -225,6 +228,33 @@ def _database_problems() -> list[CheckMessage]:
                     "processes will fail with 'database is locked'.",
                     hint=f'Set DATABASES[{alias!r}]["OPTIONS"]["transaction_mode"] = "IMMEDIATE".',
                     id="django_jobs.W001",
+                )
+            )
+    return problems
+
+
+@register()
+def check_redis_eviction(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn about a Redis that may evict queued jobs. One that does not answer is left to jobs_health."""
+    from .collectors import servers
+
+    problems: list[CheckMessage] = []
+    try:
+        grouped = servers(sorted(queue_configs()))
+    except Exception:  # a malformed RQ_QUEUES entry: the queue checks report it; this one must not crash
+        return problems
+    for _names, connection in grouped:
+        try:
+            found = eviction_policy(connection)
+        except RedisError:
+            continue
+        if found.evicts or found.unknown:
+            problems.append(
+                Warning(
+                    found.describe(),
+                    hint="CONFIG SET maxmemory-policy noeviction (and in redis.conf); on a managed Redis, "
+                    "its parameter group. runjobs refuses an evicting Redis unless JOBS['ALLOW_EVICTION'].",
+                    id="django_jobs.W011" if found.unknown else "django_jobs.W010",
                 )
             )
     return problems

@@ -2,9 +2,9 @@
 
 They are read at scrape time: per Redis server one script returns every queue's depth, head
 job's enqueue time and scheduled count, and every worker's state (O(queues + workers), never a
-walk over queued jobs); the database answers one aggregate over the dead letters and one per
-outbox. A source that does not answer is left out of that scrape (and logged), never an error for
-the whole page.
+walk over queued jobs); the database answers one aggregate over the dead letters (by job, status
+and reason) and one per outbox. A source that does not answer is left out of that scrape (and
+logged), never an error for the whole page.
 
 django-prometheus's ``/metrics`` serves prometheus_client's default registry, which
 :func:`register` adds the collector to. Under ``PROMETHEUS_MULTIPROC_DIR`` that view builds a
@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
+from redis import Redis
 from redis.exceptions import RedisError
 
 from . import cron
@@ -93,13 +94,17 @@ def _age(enqueued_at: str, now: dt.datetime) -> float | None:
     return max((now - enqueued).total_seconds(), 0.0)
 
 
+def servers(queues: Sequence[str]) -> list[tuple[list[str], Redis]]:
+    """``queues`` grouped by the Redis server they live on, each group with the web side's client."""
+    grouped: dict[str, list[str]] = {}
+    for queue in queues:
+        grouped.setdefault(connection_identity(queue), []).append(queue)
+    return [(names, get_connection(names[0])) for names in grouped.values()]
+
+
 def snapshot(queues: Sequence[str]) -> Iterator[Snapshot]:
     """One snapshot per Redis server behind ``queues``; raises RedisError for one that does not answer."""
-    servers: dict[str, list[str]] = {}
-    for queue in queues:
-        servers.setdefault(connection_identity(queue), []).append(queue)
-    for names in servers.values():
-        connection = get_connection(names[0])
+    for names, connection in servers(queues):
         raw_queues, raw_workers = connection.register_script(_SNAPSHOT)(keys=names)
         now = dt.datetime.now(dt.UTC)
         yield Snapshot(
@@ -123,7 +128,7 @@ class JobsCollector:
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        depth, age, scheduled, dead, pending, outbox_age, workers, overdue = families
+        depth, age, scheduled, dead, pending, outbox_age, workers, overdue, quarantined = families
         states = Counter({"busy": 0, "idle": 0})
         try:
             for stats in snapshot(sorted(queue_configs())):
@@ -139,8 +144,11 @@ class JobsCollector:
             for state, count in sorted(states.items()):
                 workers.add_metric([state], count)
         try:
-            for row in DeadLetter.objects.order_by().values("job_name", "status").annotate(n=Count("pk")):
-                dead.add_metric([row["job_name"], row["status"]], row["n"])
+            by_job, by_reason = dead_letter_counts()
+            for (job, status), count in sorted(by_job.items()):
+                dead.add_metric([job, status], count)
+            for reason, count in by_reason.items():
+                quarantined.add_metric([reason], count)
             count, oldest = _outbox()
             pending.add_metric([], count)
             outbox_age.add_metric([], (timezone.now() - oldest).total_seconds() if oldest else 0.0)
@@ -181,7 +189,29 @@ class JobsCollector:
                 "Periods of a periodic job whose run has not finished by its deadline (the next period).",
                 labels=["job"],
             ),
+            GaugeMetricFamily(
+                "django_jobs_quarantined_items",
+                "Open dead letters of items no job ran for: unreadable (quarantined by a worker loop) and "
+                "vanished (the job's hash was gone from Redis, e.g. evicted).",
+                labels=["reason"],
+            ),
         ]
+
+
+#: Dead-letter reasons that mean an item was set aside unrun, not that a job failed.
+QUARANTINE_REASONS = (DeadLetter.Reason.UNREADABLE, DeadLetter.Reason.VANISHED)
+
+
+def dead_letter_counts() -> tuple[Counter[tuple[str, str]], dict[str, int]]:
+    """Dead letters by (job, status), and open ones by quarantine reason (0 included): one aggregate."""
+    by_job: Counter[tuple[str, str]] = Counter()
+    by_reason = dict.fromkeys((reason.value for reason in QUARANTINE_REASONS), 0)
+    rows = DeadLetter.objects.order_by().values("job_name", "status", "reason").annotate(n=Count("pk"))
+    for row in rows:
+        by_job[row["job_name"], row["status"]] += row["n"]
+        if row["status"] == DeadLetter.Status.OPEN and row["reason"] in by_reason:
+            by_reason[row["reason"]] += row["n"]
+    return by_job, by_reason
 
 
 def _outbox() -> tuple[int, dt.datetime | None]:

@@ -52,6 +52,9 @@ DEFAULTS: dict[str, Any] = {
     # Modules that define jobs outside an installed app's jobs.py, imported at start-up with the
     # jobs modules, so runjobs knows every job the web process can enqueue.
     "IMPORT_MODULES": [],
+    # runjobs refuses to start on a Redis that evicts keys when full (maxmemory-policy other than
+    # noeviction, with maxmemory set): evicted jobs vanish. True starts it anyway, with a warning.
+    "ALLOW_EVICTION": False,
 }
 
 
@@ -143,6 +146,10 @@ class JobsSettings:
                 f"JOBS['IMPORT_MODULES'] must be a list of module paths, got {modules!r}."
             )
         return list(modules)
+
+    @property
+    def ALLOW_EVICTION(self) -> bool:
+        return bool(self.get("ALLOW_EVICTION"))
 
     @staticmethod
     def unknown_keys() -> list[tuple[str, str | None]]:

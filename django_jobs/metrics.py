@@ -41,7 +41,20 @@ QUEUE_WAIT = Histogram(
 BUSY = Gauge(
     "django_jobs_worker_busy", "Worker processes running a job.", ["queue"], multiprocess_mode="livesum"
 )
-_ALL = (JOBS_TOTAL, DURATION, QUEUE_WAIT, BUSY)
+FENCED = Counter(
+    "django_jobs_fenced_attempts",
+    "Attempts the supervisor killed so that a job never runs twice at once: its lease was taken back "
+    "(lease_gone), or no heartbeat reached Redis in time to keep it (deadline).",
+    ["queue", "reason"],
+)
+#: The ``reason`` label of FENCED.
+FENCE_REASONS = ("lease_gone", "deadline")
+VANISHED = Counter(
+    "django_jobs_vanished_jobs",
+    "Job ids popped from a queue whose hash was gone (evicted or deleted), dead-lettered as vanished.",
+    ["queue"],
+)
+_ALL = (JOBS_TOTAL, DURATION, QUEUE_WAIT, BUSY, FENCED, VANISHED)
 #: Counters, histograms and summaries add up across processes, so dead processes' files can be merged.
 _ADDITIVE = ("counter", "histogram", "summary")
 
@@ -68,6 +81,15 @@ def settled(job: str, queue: str, outcome: str) -> None:
     JOBS_TOTAL.labels(job, queue, outcome).inc()
 
 
+def fenced(queue: str, reason: str) -> None:
+    """The supervisor killed an attempt that might otherwise run alongside a second one."""
+    FENCED.labels(queue, reason).inc()
+
+
+def vanished(queue: str) -> None:
+    VANISHED.labels(queue).inc()
+
+
 def use_multiprocess(directory: str) -> None:
     """Keep this process's values, and those of processes it forks later, in ``directory``.
 
@@ -88,6 +110,9 @@ def initialise(queues: Sequence[str], jobs: Iterable[tuple[str, str]], outcomes:
     outcomes = list(outcomes)
     for queue in queues:
         BUSY.labels(queue).set(0)
+        VANISHED.labels(queue)
+        for reason in FENCE_REASONS:
+            FENCED.labels(queue, reason)
     for job, queue in jobs:
         if queue in queues:
             for outcome in outcomes:

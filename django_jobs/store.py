@@ -14,6 +14,8 @@ django_jobs adds what RQ lacks:
 * ``djjobs:lost``        attempts whose worker died; the supervisor decides retry or dead letter.
   Scored by when they are due to be looked at: an item a pass could not settle goes behind the others.
 * ``djjobs:dying``       jobs being dead-lettered; they leave only once the database row exists.
+* ``djjobs:vanished``    ``<queue>\n<id>`` of ids popped from a queue whose hash was gone (evicted,
+  deleted), waiting for a maintenance duty to write their ``vanished`` dead letter.
 * ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
 
 Every transition is one script, so a process killed at any instant leaves each job in exactly one
@@ -39,6 +41,7 @@ QUEUES_SET = "rq:queues"
 LEASES = "djjobs:leases"
 LOST = "djjobs:lost"
 DYING = "djjobs:dying"
+VANISHED = "djjobs:vanished"
 
 
 #: What a job id may be: RQ's own rule (letters, digits, ``_`` and ``-``; rq.job.JOB_ID_PATTERN), at
@@ -172,12 +175,15 @@ for _, j in ipairs(jobs) do
   elseif skip then
     table.insert(seen, id)
   else
-    redis.call('HSET', key, unpack(j[4]))
+    -- The queue (or scheduled set) first: if that key is broken the script stops before the job
+    -- hash exists, so a later push of this id (the relay's) is not mistaken for "already there".
     if due > 0 then
-      redis.call('HSET', key, 'status', 'scheduled')
       redis.call('ZADD', 'rq:scheduled:' .. queue, due, id)
+      redis.call('HSET', key, unpack(j[4]))
+      redis.call('HSET', key, 'status', 'scheduled')
     else
       redis.call('RPUSH', 'rq:queue:' .. queue, id)
+      redis.call('HSET', key, unpack(j[4]))
       queues[queue] = (queues[queue] or 0) + 1
     end
   end
@@ -246,6 +252,19 @@ local function blocked(name)
   return nil
 end
 
+-- A write after the LPOP failed (a structure key of the wrong type): put the id back at the head
+-- of its queue and fail the claim, so the job is not lost; maintenance moves the broken key aside.
+local function put_back(queue, id, err)
+  redis.call('LPUSH', 'rq:queue:' .. queue, id)
+  error(err)
+end
+
+local function must(queue, id, ...)
+  local reply = redis.pcall(...)
+  if type(reply) == 'table' and reply.err then put_back(queue, id, reply) end
+  return reply
+end
+
 for _, queue in ipairs(KEYS) do
   local id = redis.call('LPOP', 'rq:queue:' .. queue)
   while id do
@@ -253,31 +272,35 @@ for _, queue in ipairs(KEYS) do
     local fields = redis.pcall('HGETALL', key)
     if fields.err then
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
-      redis.call('ZADD', 'djjobs:dying', now, id)
+      must(queue, id, 'ZADD', 'djjobs:dying', now, id)
     elseif #fields > 0 then
       local attempt, name = 0, ''
       for i = 1, #fields, 2 do
         if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
         elseif fields[i] == 'description' then name = fields[i + 1] end
       end
-      local wait = blocked(name)
+      local checked, wait = pcall(blocked, name)
+      if not checked then put_back(queue, id, wait) end  -- a slot or rate key of the wrong type
       if wait then
+        must(queue, id, 'ZADD', 'rq:scheduled:' .. queue, now + wait + deferred * 0.01, id)
         redis.call('HSET', key, 'status', 'scheduled')
-        redis.call('ZADD', 'rq:scheduled:' .. queue, now + wait + deferred * 0.01, id)
         deferred = deferred + 1
         if deferred >= 20 then return {finished, 'deferred'} end
       else
         local token = id .. ':' .. ARGV[8]
+        must(queue, id, 'ZADD', 'djjobs:leases', now + tonumber(ARGV[6]), token)
         redis.call('HSET', key, 'status', 'started', 'started_at', ARGV[7], 'worker_name', ARGV[5],
                    'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
-        redis.call('ZADD', 'djjobs:leases', now + tonumber(ARGV[6]), token)
-        redis.call('ZADD', 'rq:wip:' .. queue, '+inf', token)
+        redis.pcall('ZADD', 'rq:wip:' .. queue, '+inf', token)  -- RQ's registry: for its tools only
         local limit = limit_of(name)
         if limit and limit[1] > 0 then
-          redis.call('ZADD', 'djjobs:slots:' .. limit[4], now, token)
+          redis.pcall('ZADD', 'djjobs:slots:' .. limit[4], now, token)
         end
         return {finished, queue, id, token, fields}
       end
+    else
+      -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
+      redis.pcall('ZADD', 'djjobs:vanished', now, queue .. '\\n' .. id)
     end
     id = redis.call('LPOP', 'rq:queue:' .. queue)
   end
@@ -428,6 +451,15 @@ class Pushable(Protocol):
     @property
     def debounce(self) -> float: ...
     def fields(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class VanishedId:
+    """A job id popped from ``queue`` after its hash was gone: only the id and queue are known."""
+
+    member: bytes  # as stored in VANISHED, to remove it once its dead letter is written
+    queue: str
+    id: str
 
 
 @dataclass(frozen=True)
@@ -591,6 +623,19 @@ class Store:
     def defer(self, key: str, member: bytes, seconds: float) -> None:
         """Put one member of LOST or DYING behind the others, so a scan's head always moves on."""
         self._defer(keys=[key], args=[member, seconds])
+
+    def vanished(self, limit: int = 100) -> list[VanishedId]:
+        """Ids the claim found without a hash, oldest first."""
+        found = []
+        members: list[bytes] = self.connection.zrange(VANISHED, 0, limit - 1)  # type: ignore[assignment]
+        for member in members:
+            queue, _, job_id = member.decode(errors="replace").partition("\n")
+            found.append(VanishedId(member, queue, job_id))
+        return found
+
+    def forget_vanished(self, item: VanishedId) -> bool:
+        """Drop an id whose dead letter exists; False if another runjobs already did."""
+        return bool(self.connection.zrem(VANISHED, item.member))
 
     def buried(self, job_id: str, ttl: int) -> None:
         self.settled(DYING, to_bytes(job_id), to_bytes(job_id), ttl)

@@ -90,6 +90,7 @@ JOBS = {
     "MAINTENANCE_INTERVAL": 0.1,
     # Periodic jobs are off unless a test switches them on (through its runjobs' environment).
     "CRON": json.loads(os.environ.get("JOBS_TEST_CRON", '{"tests.hourly": null}')),
+    "ALLOW_EVICTION": os.environ.get("JOBS_TEST_ALLOW_EVICTION") == "1",
 }
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 # Django 6.0 takes plain addresses and deprecates (name, address) pairs; 5.2 takes only pairs.

@@ -24,14 +24,15 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
-from .. import alerts, deadletter, execution, idempotency, outbox, outcomes, stats
+from .. import alerts, deadletter, execution, idempotency, metrics, outbox, outcomes, stats
 from ..conf import jobs_settings
 from ..connections import connection_identity, get_connection
 from ..cron import Scheduler
 from ..envelope import Envelope
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
-from ..store import DYING, LOST, Claimed, Store, to_bytes, to_text, valid_job_id
+from ..store import DYING, LOST, Claimed, Store, VanishedId, to_bytes, to_text, valid_job_id
+from . import structure
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -159,8 +160,10 @@ class Maintenance:
         self.paused: dict[str, float] = {}  # queue -> when (monotonic) the relay tries its Redis again
         self.duties = [
             Every(interval, self.promote_and_reap),
+            Every(1.0, self.check_structures),  # before the relay, whose pushes a broken key would fail
             Every(1.0, self.relay_outbox),
             Every(5.0, self.finish_dying),
+            Every(5.0, self.record_vanished),
             Every(600.0, self.prune_keys),
             Every(5.0, self.flush_alerts),
             Every(min(interval, 0.2), self.scheduler.tick),
@@ -288,6 +291,26 @@ class Maintenance:
         )
         deadletter.bury(self.store, failure, fields)
 
+    def record_vanished(self) -> None:
+        """Dead-letter the ids a claim popped after their hash was gone, so no eviction is silent."""
+        for item in self.store.vanished():
+            _guarded(f"recording vanished job {item.id}", partial(self._record_vanished, item))
+
+    def _record_vanished(self, item: VanishedId) -> None:
+        message = (
+            f"The job's id was taken from queue {item.queue!r} but its hash was gone from Redis "
+            "(evicted under maxmemory, or deleted), so nothing ran and its payload is lost."
+        )
+        deadletter.record(
+            deadletter.Failure(item.id, item.queue, DeadLetter.Reason.VANISHED, "JobVanished", message),
+            {},
+        )
+        if self.store.forget_vanished(item):  # counted and logged once, by whoever removed it
+            metrics.vanished(item.queue)
+            logger.warning(
+                "Job %s vanished from queue %s: %s Recorded as a dead letter.", item.id, item.queue, message
+            )
+
     # --- the outbox relay ---------------------------------------------------------------------------
 
     def relay_outbox(self, batch: int = 500) -> None:
@@ -375,6 +398,10 @@ class Maintenance:
         deadletter.quarantine(failure, fields, source=f"outbox ({alias})", member=to_bytes(row.pk))
         OutboxEntry.objects.using(alias).filter(pk=row.pk).delete()
         self.strikes.forget(("outbox", to_bytes(row.pk)))
+
+    def check_structures(self) -> None:
+        """Move aside a queue, lease or scheduled key of the wrong type, so it stops failing every job."""
+        structure.quarantine_wrong_types(self.store.connection, self.queues)
 
     def prune_keys(self) -> None:
         idempotency.prune()

@@ -23,6 +23,7 @@ from .. import execution, registry, stats
 from ..conf import jobs_settings
 from ..outcomes import Outcome
 from ..store import Claimed, Store, wake_key
+from .guard import ClaimBoard
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -52,9 +53,14 @@ class WorkProcess:
     max_jobs: int = 0
     burst_wait: float = BURST_WAIT
     stopping: bool = False
+    board: ClaimBoard | None = None  # where the lease guard reads the running attempt's claim time
 
     def _report(self, line: str) -> None:
         os.write(self.report_fd, line.encode() + b"\n")
+
+    def _post(self, claimed_ns: int) -> None:
+        if self.board is not None:
+            self.board.post(claimed_ns)
 
     def _stop(self, signum: int, frame: object) -> None:
         self.stopping = True
@@ -73,6 +79,7 @@ class WorkProcess:
         backoff = 0.1
         while True:
             queues = [] if self.stopping or os.getppid() != parent else self.queues
+            sent = time.monotonic_ns()  # the lease of what this claims runs from no earlier than now
             try:
                 _, claimed = store.complete_and_claim(
                     queues,
@@ -99,10 +106,13 @@ class WorkProcess:
                 self._wait()
                 continue
 
-            def arm(timeout: float, c: Claimed = claimed) -> None:
-                self._report(f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f}")
+            self._post(sent)  # before anything else: from now on the lease guard watches this attempt
+
+            def arm(timeout: float, c: Claimed = claimed, sent: int = sent) -> None:
+                self._report(f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f} {sent}")
 
             outcome = self._run(store, claimed, arm)
+            self._post(0)  # the job's code is done: nothing left to kill for
             self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
             if outcome is Outcome.SUCCESS:
                 finished = (claimed.token, claimed.queue)

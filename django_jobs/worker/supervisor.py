@@ -26,6 +26,7 @@ from ..conf import jobs_settings
 from ..exceptions import JobTimeout, WorkerLost
 from ..logs import redis_location
 from ..store import Claimed, Store, rq_timestamp
+from .guard import ClaimBoard, Heartbeat, LeaseGuard
 from .maintenance import Maintenance
 from .process import BURST_WAIT, WorkProcess, die_with_parent
 
@@ -48,6 +49,7 @@ class Slot:
     token: str | None = None
     queue: str | None = None
     deadline: float | None = None  # None while idle or completing
+    claimed: int | None = None  # time.monotonic_ns() at which the running attempt's claim was sent
     buffer: bytes = b""
     timed_out: bool = False
     handed_back: bool = False
@@ -61,7 +63,8 @@ class Slot:
         for line in lines:
             kind, *rest = line.decode().split()
             if kind == "S":
-                self.token, self.queue, self.deadline = rest[0], rest[1], float(rest[2])
+                self.token, self.queue = rest[0], rest[1]
+                self.deadline, self.claimed = float(rest[2]), int(rest[3])
                 self.returned = False
             elif kind == "R":
                 self.returned = True
@@ -98,6 +101,8 @@ class Supervisor:
         self.fatal: str | None = None
         self.hostname = socket.gethostname()
         self._next_heartbeat = 0.0
+        self.guard = LeaseGuard(jobs_settings.LEASE_SECONDS)
+        self.heartbeat = Heartbeat(self.store, self.guard, jobs_settings.LEASE_SECONDS)
 
     # --- signals ---------------------------------------------------------------------------------
 
@@ -122,6 +127,7 @@ class Supervisor:
     def _spawn(self) -> None:
         connections.close_all()  # a child must not share the parent's database sockets
         read_fd, write_fd = os.pipe()
+        board = ClaimBoard()
         pid = os.fork()
         if pid == 0:  # the child
             code = 1
@@ -140,6 +146,7 @@ class Supervisor:
                     burst=self.burst,
                     burst_wait=self.burst_wait,
                     max_jobs=self.max_jobs,
+                    board=board,
                 )
                 work.install_signals()
                 code = work.run()
@@ -149,6 +156,7 @@ class Supervisor:
                 os._exit(code)
         os.close(write_fd)
         os.set_blocking(read_fd, False)
+        self.guard.add(pid, board)
         self.slots[pid] = Slot(pid, read_fd, f"{self.hostname}.{pid}")
 
     def _read(self, timeout: float) -> None:
@@ -290,21 +298,39 @@ class Supervisor:
                 )
                 slot.abandoned = True
                 self._signal(slot.pid, signal.SIGKILL)
+                metrics.fenced(slot.queue or "", "lease_gone")
             slot.suspect = slot.token if missing else None
+
+    def _report_kills(self) -> None:
+        """Log and count the attempts the lease guard killed (before their slots are reaped)."""
+        for killed in self.guard.killed():
+            slot = self.slots.get(killed.pid)
+            known = slot if slot is not None and slot.claimed == killed.claimed_ns else None
+            logger.error(
+                "No heartbeat of job %s reached Redis for %.1f s; killed its attempt in process %d "
+                "before its lease could expire, so it never runs twice at once",
+                known.token if known else "(claimed, not yet reported)",
+                killed.silent_for,
+                killed.pid,
+            )
+            metrics.fenced(known.queue or "" if known else "", "deadline")
 
     # --- Redis bookkeeping -----------------------------------------------------------------------
 
     def _heartbeat(self, now: float) -> None:
+        """Tell the heartbeat thread which leases to keep, fence what it found gone, and (every third
+        of a lease) refresh RQ's worker records."""
+        self.heartbeat.publish((s.pid, s.token, s.claimed) for s in self.slots.values() if s.token)
+        for gone in self.heartbeat.gone():
+            self._fence(gone)
         if now < self._next_heartbeat:
             return
         lease = jobs_settings.LEASE_SECONDS
         self._next_heartbeat = now + lease / 3
         try:
-            gone = self.store.heartbeat([s.token for s in self.slots.values() if s.token], lease)
-            self._fence(gone)
             self._register(lease)
         except RedisError as exc:
-            logger.warning("Heartbeat failed (%s); retrying.", exc)
+            logger.warning("Could not refresh the worker records (%s); retrying.", exc)
 
     def _register(self, lease: float) -> None:
         """Keep RQ's worker records, so ``rq info`` and django-rq list our work processes."""
@@ -345,6 +371,20 @@ class Supervisor:
 
     # --- main loop -------------------------------------------------------------------------------
 
+    def _loop(self) -> None:
+        while self.slots or (self.respawn_at and not self.stopping):
+            self._read(jobs_settings.MAINTENANCE_INTERVAL)
+            self._report_kills()
+            self._reap_children()
+            self.guard.retain(self.slots.keys())  # forget the exited ones
+            now = time.monotonic()
+            if not self.stopping:
+                self._respawn_due(now)
+            self._enforce(now)
+            self._heartbeat(now)
+            if not self.stopping:
+                self.maintenance.tick()
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
@@ -356,16 +396,13 @@ class Supervisor:
             "runjobs (pid %d) serving %s on Redis %s with %d work process(es)%s",
             os.getpid(), ", ".join(self.queues), redis_location(self.connection), self.concurrency, burst,
         )  # fmt: skip
-        while self.slots or (self.respawn_at and not self.stopping):
-            self._read(jobs_settings.MAINTENANCE_INTERVAL)
-            self._reap_children()
-            now = time.monotonic()
-            if not self.stopping:
-                self._respawn_due(now)
-            self._enforce(now)
-            self._heartbeat(now)
-            if not self.stopping:
-                self.maintenance.tick()
+        self.guard.start()
+        self.heartbeat.start()
+        try:
+            self._loop()
+        finally:
+            self.heartbeat.stop(wait=False)  # a beat blocked on a frozen Redis holds no job
+            self.guard.stop()
         if self.fatal:
             logger.error("runjobs stopping: %s", self.fatal)
             return 1

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connections
 
@@ -47,6 +48,8 @@ def test_healthy_when_services_answer_every_queue_has_a_worker_and_nothing_waits
         "ok   age: default: oldest job waited 0 s (limit 600)",
         "ok   workers: emails: 1 live",
         "ok   age: emails: oldest job waited 0 s (limit 600)",
+        f"ok   eviction: Redis {settings.REDIS_URL}: maxmemory-policy noeviction, no maxmemory",
+        "ok   quarantine: 0 unreadable, 0 vanished",
     ]
 
 

@@ -293,3 +293,19 @@ if os.environ.get("JOBS_TEST_DIE_AFTER_RETURN"):
 if os.environ.get("JOBS_TEST_BROKEN_START"):
     # A work process that dies before it can take a job: a broken start-up, fatal to runjobs.
     os.register_at_fork(after_in_child=lambda: os._exit(1))
+
+
+# --- Redis limits and frozen Redis -----------------------------------------------------------------
+
+
+@job(name="tests.lifeline", timeout=60, retry=FAST)
+def lifeline(path: str, seconds: float) -> None:
+    """Appends "<pid> <time>" to ``path`` every 50 ms while it runs, then "<pid> done": each
+    attempt's lifetime can be read back, to show that two attempts never overlapped."""
+    end = time.monotonic() + seconds
+    with open(path, "a") as marks:
+        while time.monotonic() < end:
+            marks.write(f"{os.getpid()} {time.time()}\n")
+            marks.flush()
+            time.sleep(0.05)
+        marks.write(f"{os.getpid()} done\n")

@@ -9,18 +9,20 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 from redis.exceptions import RedisError
 
-from django_jobs.collectors import QueueStats, Worker, snapshot
+from django_jobs.collectors import QueueStats, Worker, dead_letter_counts, servers, snapshot
 from django_jobs.connections import connection_identity, queue_configs
+from django_jobs.eviction import eviction_policy
 from django_jobs.exceptions import ConfigurationError
 from django_jobs.management.arguments import real
 
-CHECKS = ("database", "redis", "workers", "age")
+CHECKS = ("database", "redis", "workers", "age", "eviction", "quarantine")
 
 
 class Command(BaseCommand):
     help = (
         "Exit non-zero if a database or Redis does not answer, a queue has no live worker, or a "
-        "queue's oldest job waited longer than --max-age. One line per check."
+        "queue's oldest job waited longer than --max-age. Warn (exit 0) about a Redis that may evict "
+        "jobs and about quarantined or vanished items. One line per check."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -57,6 +59,10 @@ class Command(BaseCommand):
             failures += self._databases()
         if not {"redis", "workers", "age"} <= skip:
             failures += self._queues(queues, skip, options["max_age"], options["local"])
+        if "eviction" not in skip:
+            self._eviction(queues)
+        if "quarantine" not in skip:
+            self._quarantine()
         if failures:
             raise CommandError(f"unhealthy: {'; '.join(failures)}", returncode=1)
 
@@ -64,6 +70,28 @@ class Command(BaseCommand):
         detail = " ".join(detail.split())  # driver errors span lines; a probe's log wants one
         self.stdout.write(f"{'ok  ' if ok else 'FAIL'} {check}: {detail}")
         return [] if ok else [f"{check}: {detail}"]
+
+    def _warn_unless(self, ok: bool, check: str, detail: str) -> None:
+        """A finding an operator must act on that does not stop jobs from flowing: exit code unchanged."""
+        self.stdout.write(f"{'ok  ' if ok else 'WARN'} {check}: {' '.join(detail.split())}")
+
+    def _eviction(self, queues: list[str]) -> None:
+        for _names, connection in servers(queues):
+            try:
+                found = eviction_policy(connection)
+            except RedisError:
+                continue  # the redis check says so
+            self._warn_unless(not (found.evicts or found.unknown), "eviction", found.describe())
+
+    def _quarantine(self) -> None:
+        try:
+            _, counts = dead_letter_counts()
+        except DatabaseError:
+            return  # the database check says so
+        detail = ", ".join(f"{count} {reason}" for reason, count in counts.items())
+        if any(counts.values()):
+            detail += " (open dead letters no job ran for: see the dead-letter admin)"
+        self._warn_unless(not any(counts.values()), "quarantine", detail)
 
     def _databases(self) -> list[str]:
         failures = []

@@ -8,8 +8,12 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from redis import Redis
+from redis.exceptions import RedisError
 
 from django_jobs import logs
+from django_jobs.conf import jobs_settings
+from django_jobs.eviction import eviction_policy
 from django_jobs.exceptions import ConfigurationError
 from django_jobs.management.arguments import real, whole
 from django_jobs.worker import build_supervisor, metrics_server
@@ -74,6 +78,7 @@ class Command(BaseCommand):
             )
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
+        self._refuse_eviction(supervisor.connection)
         with contextlib.ExitStack() as stack:
             if options["metrics_port"] is not None:
                 addr, port = options["metrics_addr"], options["metrics_port"]
@@ -84,3 +89,16 @@ class Command(BaseCommand):
             code = supervisor.run()
         if code:
             raise CommandError(f"runjobs stopped with a fatal error (exit code {code}).", returncode=code)
+
+    @staticmethod
+    def _refuse_eviction(connection: Redis) -> None:
+        """Stop before taking any job from a Redis that may evict them, unless the operator accepts it."""
+        try:
+            found = eviction_policy(connection)
+        except RedisError as exc:  # runjobs waits for Redis; the policy is checked at the next start
+            logger.warning("Could not read Redis's maxmemory-policy at start-up: %s", exc)
+            return
+        if found.evicts and not jobs_settings.ALLOW_EVICTION:
+            raise CommandError(f"{found.describe()} Or set JOBS['ALLOW_EVICTION'] = True to run anyway.")
+        if found.evicts or found.unknown:
+            logger.warning("%s", found.describe())
