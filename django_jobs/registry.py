@@ -153,6 +153,15 @@ def _check_permanent(name: str, permanent: object) -> tuple[type[BaseException],
     return tuple(items)
 
 
+def _check_names(name: str, queue: str, aliases: Sequence[str], retry: RetryPolicy | None) -> None:
+    if not isinstance(queue, str) or not queue:
+        raise ValueError(f"@job {name!r}: queue must be a non-empty string, got {queue!r}.")
+    if isinstance(aliases, str) or not all(isinstance(a, str) and a for a in aliases):
+        raise ValueError(f"@job {name!r}: aliases= takes a list of names, got {aliases!r}.")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ValueError(f"@job {name!r}: retry= takes a RetryPolicy, got {retry!r}.")
+
+
 _PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -272,12 +281,7 @@ def job(
 
     def decorate(fn: Callable[P, R]) -> Job[P, R]:
         job_name = name or f"{fn.__module__}.{fn.__qualname__}"
-        if not isinstance(queue, str) or not queue:
-            raise ValueError(f"@job {job_name!r}: queue must be a non-empty string, got {queue!r}.")
-        if isinstance(aliases, str) or not all(isinstance(a, str) and a for a in aliases):
-            raise ValueError(f"@job {job_name!r}: aliases= takes a list of names, got {aliases!r}.")
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ValueError(f"@job {job_name!r}: retry= takes a RetryPolicy, got {retry!r}.")
+        _check_names(job_name, queue, aliases, retry)
         limits = _check_limits(job_name, concurrency, rate)
         definition = Job(
             func=fn,
