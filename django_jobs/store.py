@@ -269,7 +269,14 @@ for _, queue in ipairs(KEYS) do
   local id = redis.call('LPOP', 'rq:queue:' .. queue)
   while id do
     local key = 'rq:job:' .. id
-    local fields = redis.pcall('HGETALL', key)
+    local fields = {}
+    if #id > 64 or not string.match(id, '^[A-Za-z0-9_%-]+$') then
+      -- an id django_jobs never makes (the id rule: JOB_ID): never run, never handed to a worker
+      -- (whose reports it could garble); quarantined from its raw bytes by the dying scan
+      fields = {err = 'id'}
+    else
+      fields = redis.pcall('HGETALL', key)
+    end
     if fields.err then
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
       must(queue, id, 'ZADD', 'djjobs:dying', now, id)

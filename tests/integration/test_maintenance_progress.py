@@ -272,3 +272,20 @@ def test_a_redis_refusing_writes_keeps_rows_waiting_never_quarantined(private_re
     loop.relay_outbox()
     assert client.lrange("rq:queue:default", 0, -1) == [b"defaultfull"]
     assert not OutboxEntry.objects.exists()
+
+
+@pytest.mark.parametrize("raw_id", [b"has space", b"\xff\xfe", b"x" * 65, b"new\nline", b"a:b"])
+def test_a_queued_job_whose_id_breaks_the_id_rule_never_runs_and_is_quarantined(redis_db, raw_id):
+    """Its hash is a valid job: only the id is wrong, and no worker ever holds it (its reports to the
+    supervisor carry the id, which must not be able to garble them)."""
+    valid = jobs.record.enqueue("planted")
+    redis_db.lpop("rq:queue:default")
+    redis_db.rename(f"rq:job:{valid.id}", b"rq:job:" + raw_id)
+    redis_db.rpush("rq:queue:default", raw_id)
+    assert run_jobs() == 0
+    redis_db.zadd(DYING, {raw_id: 0})  # as old as a dying entry gets
+    maintenance(redis_db).finish_dying()
+    entry = DeadLetter.objects.get(job_id=surrogate_id(raw_id))
+    assert entry.reason == DeadLetter.Reason.UNREADABLE
+    assert not SideEffect.objects.exists()
+    assert redis_db.zcard(DYING) == 0
