@@ -12,11 +12,8 @@ never raised into the worker; if Redis cannot be asked, the alert is sent unthro
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import posixpath
-import re
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +27,7 @@ from redis.exceptions import RedisError
 from .conf import jobs_settings
 from .connections import get_connection, queue_configs
 from .exceptions import ConfigurationError
+from .triage import failure_fingerprint
 
 if TYPE_CHECKING:
     from .models import DeadLetter
@@ -76,8 +74,6 @@ for _, fp in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0
 end
 return out
 """
-
-_FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
 
 
 @dataclass(frozen=True)
@@ -152,16 +148,12 @@ def webhook(url: str, timeout: float = 5.0) -> Callable[[Alert], None]:
 
 
 def fingerprint(dead_letter: DeadLetter) -> str:
-    """The group of a dead letter: its own ``fingerprint`` if it has one, else job, exception
-    class and the file and function of the raising frame (no line number, so edits and new
-    release directories do not split a group)."""
+    """The group of a dead letter: the dashboard's failure group (its stored ``fingerprint``, or the
+    same function over its job, exception and traceback for a row that has none)."""
     given = getattr(dead_letter, "fingerprint", "")
     if given:
         return str(given)
-    frames = _FRAME.findall(dead_letter.traceback)
-    where = f"{posixpath.basename(frames[-1][0])} in {frames[-1][1]}" if frames else ""
-    raw = f"{dead_letter.job_name}\n{dead_letter.exception}\n{where}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+    return failure_fingerprint(dead_letter.job_name, dead_letter.exception, dead_letter.traceback)
 
 
 def _connection(queue: str) -> Redis:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,13 +15,12 @@ from django.utils.module_loading import import_string
 from redis.exceptions import RedisError
 from rq.serializers import JSONSerializer, resolve_serializer
 
-from . import registry
-from .conf import DEFAULTS, jobs_settings
+from . import conf, registry
+from .conf import jobs_settings
 from .connections import queue_configs
 from .eviction import eviction_policy
 from .exceptions import JobNotFound
-
-MODES = ("queue", "immediate", "capture")
+from .inspect import server_connections
 
 
 def _installed() -> list[str]:
@@ -109,65 +107,17 @@ def _queue_problems() -> list[CheckMessage]:
 
 
 def _jobs_setting_problems() -> list[CheckMessage]:
-    given = getattr(settings, "JOBS", {})
-    if not isinstance(given, dict):
-        return [
-            Error("settings.JOBS must be a dict.", hint="See the README for its keys.", id="django_jobs.E005")
-        ]
-    problems: list[CheckMessage] = []
-    for key, close in jobs_settings.unknown_keys():
-        problems.append(
-            Error(
-                f"settings.JOBS has an unknown key {key!r}.",
-                hint=f"Did you mean {close!r}?" if close else f"Known keys: {', '.join(DEFAULTS)}.",
-                id="django_jobs.E006",
-            )
-        )
-    if jobs_settings.MODE not in MODES:
-        problems.append(
-            Error(
-                f"JOBS['MODE'] is {jobs_settings.MODE!r}.",
-                hint=f"Use one of {', '.join(MODES)}.",
-                id="django_jobs.E007",
-            )
-        )
-    try:
-        jobs_settings.default_retry()
-    except (TypeError, ValueError) as exc:
-        problems.append(
-            Error(
-                f"JOBS['DEFAULT_RETRY'] is not a valid retry policy: {exc}",
-                hint="Keys: max_attempts, base, factor, max_delay.",
-                id="django_jobs.E008",
-            )
-        )
-    # Every numeric setting is a positive amount (seconds, bytes, a rate): derived from the defaults,
-    # so a new one is checked without being listed again here.
-    numeric = [key for key, default in DEFAULTS.items() if type(default) in (int, float)]
-    for key in numeric:
-        value = given.get(key, DEFAULTS[key])
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not number or not math.isfinite(value) or value <= 0:
-            problems.append(
-                Error(
-                    f"JOBS[{key!r}] must be a positive number, got {value!r}.",
-                    hint=f"The default is {DEFAULTS[key]!r}.",
-                    id="django_jobs.E009",
-                )
-            )
-    if jobs_settings.LOG_FORMAT not in ("text", "json"):
-        problems.append(
-            Error(
-                f"JOBS['LOG_FORMAT'] is {jobs_settings.LOG_FORMAT!r}.",
-                hint='Use "text" or "json".',
-                id="django_jobs.E010",
-            )
-        )
-    return [*problems, *_cron_problems(), *_redact_problems()]
+    """What the settings object's own validation finds, plus what needs the registry or an import."""
+    found = conf.problems()
+    messages: list[CheckMessage] = [Error(p.msg, hint=p.hint, id=p.id) for p in found]
+    if any(p.id == "django_jobs.E005" for p in found):
+        return messages
+    cron_readable = not any(p.id == "django_jobs.E011" for p in found)
+    return [*messages, *(_cron_problems() if cron_readable else []), *_redact_problems()]
 
 
 def _redact_problems() -> list[CheckMessage]:
-    hook = getattr(settings, "JOBS", {}).get("REDACT", DEFAULTS["REDACT"])
+    hook = jobs_settings.REDACT
     try:
         resolved = import_string(hook) if isinstance(hook, str) else hook
     except ImportError as exc:
@@ -182,21 +132,12 @@ def _redact_problems() -> list[CheckMessage]:
 
 
 def _cron_problems() -> list[CheckMessage]:
-    cron = getattr(settings, "JOBS", {}).get("CRON", {})
-    if not isinstance(cron, dict):
-        return [
-            Error(
-                "JOBS['CRON'] must be a dict.",
-                hint="{job name: cron expression or None}",
-                id="django_jobs.E011",
-            )
-        ]
-    problems: list[CheckMessage] = []
-    for name, expression in cron.items():
+    found: list[CheckMessage] = []
+    for name, expression in jobs_settings.CRON.items():
         try:
             registry.get(name)
         except JobNotFound:
-            problems.append(
+            found.append(
                 Error(
                     f"JOBS['CRON'] names {name!r}, which is not a registered job.",
                     hint="Use the job's name= (see @job).",
@@ -204,14 +145,14 @@ def _cron_problems() -> list[CheckMessage]:
                 )
             )
         if expression is not None and not (isinstance(expression, str) and croniter.is_valid(expression)):
-            problems.append(
+            found.append(
                 Error(
                     f"JOBS['CRON'][{name!r}] = {expression!r} is not a cron expression.",
                     hint='Five fields, or six with seconds last, e.g. "*/5 * * * *"; None disables.',
                     id="django_jobs.E012",
                 )
             )
-    return problems
+    return found
 
 
 def _database_problems() -> list[CheckMessage]:
@@ -236,11 +177,9 @@ def _database_problems() -> list[CheckMessage]:
 @register()
 def check_redis_eviction(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
     """Warn about a Redis that may evict queued jobs. One that does not answer is left to jobs_health."""
-    from .collectors import servers
-
     problems: list[CheckMessage] = []
     try:
-        grouped = servers(sorted(queue_configs()))
+        grouped = server_connections(sorted(queue_configs()))
     except Exception:  # a malformed RQ_QUEUES entry: the queue checks report it; this one must not crash
         return problems
     for _names, connection in grouped:

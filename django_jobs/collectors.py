@@ -1,7 +1,7 @@
 """Queue, dead-letter, outbox and worker gauges, served by the web side's ``/metrics``.
 
-They are read at scrape time: per Redis server one script returns every queue's depth, head
-job's enqueue time and scheduled count, and every worker's state (O(queues + workers), never a
+They are read at scrape time from :mod:`django_jobs.inspect`: per Redis server every queue's depth,
+head job's enqueue time and scheduled count, and every worker's state (O(queues + workers), never a
 walk over queued jobs); the database answers one aggregate over the dead letters (by job, status
 and reason) and one per outbox. A source that does not answer is left out of that scrape (and
 logged), never an error for the whole page.
@@ -17,8 +17,7 @@ import datetime as dt
 import logging
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from django.db import DatabaseError, connections, router
 from django.db.models import Count, Min
@@ -28,95 +27,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
-from redis import Redis
 from redis.exceptions import RedisError
 
-from . import cron
-from .connections import connection_identity, get_connection, queue_configs
+from . import cron, inspect
+from .connections import queue_configs
 from .models import DeadLetter, OutboxEntry
 
 logger = logging.getLogger("django_jobs.metrics")
-
-# KEYS: queue names. Returns {{depth, head's enqueued_at or '', scheduled}, ...} in KEYS order, then
-# {state, hostname, queues} of each registered worker whose record has not expired.
-_SNAPSHOT = """
-local queues = {}
-for i, q in ipairs(KEYS) do
-  local head = redis.call('LINDEX', 'rq:queue:' .. q, 0)
-  local enqueued = ''
-  if head then
-    local value = redis.pcall('HGET', 'rq:job:' .. head, 'enqueued_at')
-    if type(value) == 'string' then enqueued = value end
-  end
-  queues[i] = {redis.call('LLEN', 'rq:queue:' .. q), enqueued, redis.call('ZCARD', 'rq:scheduled:' .. q)}
-end
-local workers = {}
-for _, key in ipairs(redis.call('SMEMBERS', 'rq:workers')) do
-  local record = redis.pcall('HMGET', key, 'state', 'hostname', 'queues')
-  if type(record) == 'table' and record[1] then table.insert(workers, record) end
-end
-return {queues, workers}
-"""
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    name: str
-    depth: int
-    #: Seconds the job at the head has waited since it was enqueued: 0 when the queue is empty,
-    #: None when the head's hash does not say (a poison entry).
-    oldest_age: float | None
-    scheduled: int
-
-
-@dataclass(frozen=True)
-class Worker:
-    state: str
-    hostname: str
-    queues: frozenset[str]
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    queues: list[QueueStats]
-    workers: list[Worker]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else value
-
-
-def _age(enqueued_at: str, now: dt.datetime) -> float | None:
-    try:
-        enqueued = dt.datetime.strptime(enqueued_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
-    except ValueError:
-        return None
-    return max((now - enqueued).total_seconds(), 0.0)
-
-
-def servers(queues: Sequence[str]) -> list[tuple[list[str], Redis]]:
-    """``queues`` grouped by the Redis server they live on, each group with the web side's client."""
-    grouped: dict[str, list[str]] = {}
-    for queue in queues:
-        grouped.setdefault(connection_identity(queue), []).append(queue)
-    return [(names, get_connection(names[0])) for names in grouped.values()]
-
-
-def snapshot(queues: Sequence[str]) -> Iterator[Snapshot]:
-    """One snapshot per Redis server behind ``queues``; raises RedisError for one that does not answer."""
-    for names, connection in servers(queues):
-        raw_queues, raw_workers = connection.register_script(_SNAPSHOT)(keys=names)
-        now = dt.datetime.now(dt.UTC)
-        yield Snapshot(
-            [
-                QueueStats(name, int(depth), _age(_text(enqueued), now) if depth else 0.0, int(scheduled))
-                for name, (depth, enqueued, scheduled) in zip(names, raw_queues, strict=True)
-            ],
-            [
-                Worker(_text(state), _text(host or b""), frozenset(_text(served or b"").split(",")))
-                for state, host, served in raw_workers
-            ],
-        )
 
 
 class JobsCollector:
@@ -131,13 +48,13 @@ class JobsCollector:
         depth, age, scheduled, dead, pending, outbox_age, workers, overdue, quarantined = families
         states = Counter({"busy": 0, "idle": 0})
         try:
-            for stats in snapshot(sorted(queue_configs())):
-                for queue in stats.queues:
+            for server in inspect.servers(sorted(queue_configs())):
+                for queue in server.queues:
                     depth.add_metric([queue.name], queue.depth)
                     scheduled.add_metric([queue.name], queue.scheduled)
-                    if queue.oldest_age is not None:
-                        age.add_metric([queue.name], queue.oldest_age)
-                states.update(worker.state for worker in stats.workers)
+                    if queue.depth == 0 or queue.oldest_age is not None:
+                        age.add_metric([queue.name], queue.oldest_age or 0.0)
+                states.update(worker.state for worker in server.workers if worker.state)
         except RedisError as exc:
             logger.warning("Queue and worker gauges left out of this scrape: Redis did not answer (%s)", exc)
         else:  # a partial count would read as workers gone

@@ -1,10 +1,18 @@
-"""The one settings object over ``settings.JOBS``, read at access time so ``override_settings`` works."""
+"""The one settings object over ``settings.JOBS``, read at access time so ``override_settings`` works.
+
+:class:`JobsSettings` is the single place a setting is declared: its field (type and default) and the
+comment above it, which the README's settings table repeats. :func:`problems` is the single
+validation: ``manage.py check`` reports exactly what it finds.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -12,67 +20,57 @@ from django.core.exceptions import ImproperlyConfigured
 if TYPE_CHECKING:
     from .policy import RetryPolicy
 
-#: Every key of ``settings.JOBS`` with its default. The README documents each one.
-DEFAULTS: dict[str, Any] = {
+MODES = ("queue", "immediate", "capture")
+LOG_FORMATS = ("text", "json")
+
+
+@dataclass(frozen=True)
+class JobsSettings:
+    """Every key of ``settings.JOBS`` with its default, typed. The README documents each one."""
+
     # "queue": push to Redis; "immediate": run inline (at commit inside a transaction);
     # "capture": record jobs for assertions in tests.
-    "MODE": "queue",
+    MODE: str = "queue"
     # Used by every @job that does not pass retry=.
-    "DEFAULT_RETRY": {"max_attempts": 5, "base": 30.0, "factor": 2.0, "max_delay": 3600.0},
+    DEFAULT_RETRY: dict[str, Any] = field(
+        default_factory=lambda: {"max_attempts": 5, "base": 30.0, "factor": 2.0, "max_delay": 3600.0}
+    )
     # Encoded payloads larger than this raise PayloadError at enqueue.
-    "MAX_PAYLOAD_BYTES": 64 * 1024,
+    MAX_PAYLOAD_BYTES: int = 64 * 1024
     # Dotted paths of callables alert(dead_letter) run after a job is dead-lettered.
-    "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins"],
+    ALERT_HOOKS: list[str] = field(default_factory=lambda: ["django_jobs.alerts.log_and_mail_admins"])
     # Seconds after an alert during which dead letters of the same kind are only counted; the count
     # goes out in one summary when the window closes.
-    "ALERT_WINDOW": 300,
+    ALERT_WINDOW: float = 300
     # Seconds a running job's lease lives without a heartbeat before another runjobs takes it back.
-    "LEASE_SECONDS": 10,
+    LEASE_SECONDS: float = 10
     # Seconds between a job's soft timeout (exception in the job) and the hard kill of its process.
-    "TIMEOUT_GRACE": 5,
+    TIMEOUT_GRACE: float = 5
     # Seconds runjobs waits for the running jobs to finish after SIGTERM before handing them back.
-    "SHUTDOWN_GRACE": 25,
+    SHUTDOWN_GRACE: float = 25
     # Seconds an idempotency key is kept; must outlive the longest retry window.
-    "IDEMPOTENCY_RETENTION": 30 * 24 * 3600,
+    IDEMPOTENCY_RETENTION: float = 30 * 24 * 3600
     # Seconds a finished job's hash stays in Redis; a duplicate push of its id inside this window is a no-op.
-    "FINISHED_TTL": 3600,
+    FINISHED_TTL: int = 3600
     # Socket timeouts (seconds) for the web side's Redis connections, so a frozen Redis cannot hang requests.
-    "REDIS_SOCKET_TIMEOUT": 2.0,
+    REDIS_SOCKET_TIMEOUT: float = 2.0
     # Seconds between the worker's maintenance passes (promote due jobs, reap leases, relay the outbox).
-    "MAINTENANCE_INTERVAL": 0.25,
+    MAINTENANCE_INTERVAL: float = 0.25
     # Periodic jobs: {job name: cron expression (schedule or reschedule it) or None (disable it)}.
-    "CRON": {},
+    CRON: dict[str, str | None] = field(default_factory=dict)
     # "text" or "json": the format of the one log line per job outcome.
-    "LOG_FORMAT": "text",
+    LOG_FORMAT: str = "text"
     # Jobs per second a bulk dead-letter requeue releases: later jobs wait in the scheduled set.
-    "REQUEUE_RATE": 20,
+    REQUEUE_RATE: float = 20
     # redact(data, *, job_name) -> data (or its dotted path), applied to payloads before the admin or
     # the deadletters command shows them.
-    "REDACT": "django_jobs.redaction.mask_secrets",
+    REDACT: str | Callable[..., Any] = "django_jobs.redaction.mask_secrets"
     # Modules that define jobs outside an installed app's jobs.py, imported at start-up with the
     # jobs modules, so runjobs knows every job the web process can enqueue.
-    "IMPORT_MODULES": [],
+    IMPORT_MODULES: list[str] = field(default_factory=list)
     # runjobs refuses to start on a Redis that evicts keys when full (maxmemory-policy other than
     # noeviction, with maxmemory set): evicted jobs vanish. True starts it anyway, with a warning.
-    "ALLOW_EVICTION": False,
-}
-
-
-class JobsSettings:
-    """Typed access to ``settings.JOBS``; every read goes back to Django's settings."""
-
-    @staticmethod
-    def get(name: str) -> Any:
-        jobs = getattr(settings, "JOBS", None) or {}
-        return jobs.get(name, DEFAULTS[name]) if isinstance(jobs, dict) else DEFAULTS[name]
-
-    @property
-    def MODE(self) -> str:
-        return str(self.get("MODE"))
-
-    @property
-    def DEFAULT_RETRY(self) -> dict[str, Any]:
-        return dict(self.get("DEFAULT_RETRY"))
+    ALLOW_EVICTION: bool = False
 
     def default_retry(self) -> RetryPolicy:
         """The policy of every job that passes no ``retry=``; raises ValueError or TypeError if malformed."""
@@ -80,88 +78,185 @@ class JobsSettings:
 
         return RetryPolicy(**self.DEFAULT_RETRY)
 
-    @property
-    def MAX_PAYLOAD_BYTES(self) -> int:
-        return int(self.get("MAX_PAYLOAD_BYTES"))
 
-    @property
-    def ALERT_HOOKS(self) -> list[str]:
-        return list(self.get("ALERT_HOOKS"))
+_FIELDS = {spec.name: spec for spec in dataclasses.fields(JobsSettings)}
+_DEFAULT = JobsSettings()
 
-    @property
-    def ALERT_WINDOW(self) -> float:
-        return float(self.get("ALERT_WINDOW"))
+#: Every key of ``settings.JOBS`` with its default (the fields of :class:`JobsSettings`).
+DEFAULTS: dict[str, Any] = {name: getattr(_DEFAULT, name) for name in _FIELDS}
 
-    @property
-    def LEASE_SECONDS(self) -> float:
-        return float(self.get("LEASE_SECONDS"))
-
-    @property
-    def TIMEOUT_GRACE(self) -> float:
-        return float(self.get("TIMEOUT_GRACE"))
-
-    @property
-    def SHUTDOWN_GRACE(self) -> float:
-        return float(self.get("SHUTDOWN_GRACE"))
-
-    @property
-    def IDEMPOTENCY_RETENTION(self) -> float:
-        return float(self.get("IDEMPOTENCY_RETENTION"))
-
-    @property
-    def FINISHED_TTL(self) -> int:
-        return int(self.get("FINISHED_TTL"))
-
-    @property
-    def REDIS_SOCKET_TIMEOUT(self) -> float:
-        return float(self.get("REDIS_SOCKET_TIMEOUT"))
-
-    @property
-    def MAINTENANCE_INTERVAL(self) -> float:
-        return float(self.get("MAINTENANCE_INTERVAL"))
-
-    @property
-    def CRON(self) -> dict[str, str | None]:
-        return dict(self.get("CRON"))
-
-    @property
-    def LOG_FORMAT(self) -> str:
-        return str(self.get("LOG_FORMAT"))
-
-    @property
-    def REQUEUE_RATE(self) -> float:
-        return float(self.get("REQUEUE_RATE"))
-
-    @property
-    def REDACT(self) -> str | Callable[..., Any]:
-        hook: str | Callable[..., Any] = self.get("REDACT")
-        return hook
-
-    @property
-    def IMPORT_MODULES(self) -> list[str]:
-        modules = self.get("IMPORT_MODULES")
-        if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
-            # Read at start-up, before any system check could report it: say what is wrong right here.
-            raise ImproperlyConfigured(
-                f"JOBS['IMPORT_MODULES'] must be a list of module paths, got {modules!r}."
-            )
-        return list(modules)
-
-    @property
-    def ALLOW_EVICTION(self) -> bool:
-        return bool(self.get("ALLOW_EVICTION"))
-
-    @staticmethod
-    def unknown_keys() -> list[tuple[str, str | None]]:
-        """Keys of ``settings.JOBS`` that mean nothing, each with the closest real key."""
-        given = getattr(settings, "JOBS", None) or {}
-        if not isinstance(given, dict):
-            return []
-        return [
-            (key, next(iter(difflib.get_close_matches(str(key), DEFAULTS, n=1)), None))
-            for key in given
-            if key not in DEFAULTS
-        ]
+#: Positive amounts (seconds, bytes, a rate): derived from the fields, so a new one is validated too.
+NUMERIC = [name for name, default in DEFAULTS.items() if type(default) in (int, float)]
 
 
-jobs_settings = JobsSettings()
+def _module_paths(modules: Any) -> list[str]:
+    if not isinstance(modules, list | tuple) or not all(isinstance(m, str) for m in modules):
+        # Read at start-up, before any system check could report it: say what is wrong right here.
+        raise ImproperlyConfigured(f"JOBS['IMPORT_MODULES'] must be a list of module paths, got {modules!r}.")
+    return list(modules)
+
+
+#: How a given value becomes the field's type; fields not listed keep the value as given.
+_COERCE: dict[str, Callable[[Any], Any]] = {
+    **{name: type(DEFAULTS[name]) for name in (*NUMERIC, "MODE", "LOG_FORMAT")},
+    **{name: type(DEFAULTS[name]) for name in ("DEFAULT_RETRY", "ALERT_HOOKS", "CRON")},
+    "IMPORT_MODULES": _module_paths,
+    "ALLOW_EVICTION": bool,
+}
+# An integer default does not make its setting integral where the code always worked in floats.
+_COERCE.update({name: float for name, spec in _FIELDS.items() if spec.type == "float"})
+
+
+def _given() -> dict[str, Any]:
+    given = getattr(settings, "JOBS", None) or {}
+    return given if isinstance(given, dict) else {}
+
+
+def build(given: dict[str, Any]) -> tuple[JobsSettings, dict[str, Exception]]:
+    """The settings object for ``given``, and why each value that could not be read was refused.
+
+    A refused value is raised when that setting is read (so one bad key does not stop the rest, and
+    ``manage.py check`` can still run and report it).
+    """
+    values: dict[str, Any] = {}
+    errors: dict[str, Exception] = {}
+    for name in _FIELDS.keys() & given.keys():
+        coerce = _COERCE.get(name)
+        try:
+            values[name] = coerce(given[name]) if coerce else given[name]
+        except (TypeError, ValueError, OverflowError, ImproperlyConfigured) as exc:
+            errors[name] = exc
+    return JobsSettings(**values), errors
+
+
+class _Live:
+    """``jobs_settings``: each setting read from the settings object of the current ``settings.JOBS``.
+
+    The object is rebuilt only when ``settings.JOBS`` is another dict (``override_settings`` swaps it),
+    so the worker's hot loop pays an identity check, not a rebuild.
+    """
+
+    _cache: tuple[object, JobsSettings, dict[str, Exception]] = (object(), _DEFAULT, {})
+
+    def current(self) -> JobsSettings:
+        return self._current()[0]
+
+    def _current(self) -> tuple[JobsSettings, dict[str, Exception]]:
+        jobs = getattr(settings, "JOBS", None)
+        source, built, errors = self._cache
+        if source is not jobs:
+            built, errors = build(_given())
+            self._cache = (jobs, built, errors)
+        return built, errors
+
+    def _read(self, name: str) -> Any:
+        built, errors = self._current()
+        if name in errors:
+            raise errors[name]
+        return getattr(built, name)
+
+    def default_retry(self) -> RetryPolicy:
+        return self.current().default_retry()
+
+
+def _reader(name: str) -> property:
+    def read(live: _Live) -> Any:
+        return live._read(name)
+
+    return property(read, doc=f"JOBS[{name!r}]")
+
+
+for _name in _FIELDS:  # one generated property per field: no fallback lookup in the hot loop
+    setattr(_Live, _name, _reader(_name))
+
+
+jobs_settings = cast(JobsSettings, _Live())
+
+
+class Problem(NamedTuple):
+    """One thing wrong with ``settings.JOBS``, under the system check id that reports it."""
+
+    id: str
+    msg: str
+    hint: str
+
+
+def problems() -> list[Problem]:
+    """Everything wrong with ``settings.JOBS`` that can be told without importing user code."""
+    given = getattr(settings, "JOBS", {})
+    if not isinstance(given, dict):
+        return [Problem("django_jobs.E005", "settings.JOBS must be a dict.", "See the README for its keys.")]
+    return [
+        *_unknown_keys(given),
+        *_choice_problem(
+            given, "MODE", MODES, Problem("django_jobs.E007", "", f"Use one of {', '.join(MODES)}.")
+        ),
+        *_retry_problems(given),
+        *_numeric_problems(given),
+        *_choice_problem(
+            given, "LOG_FORMAT", LOG_FORMATS, Problem("django_jobs.E010", "", 'Use "text" or "json".')
+        ),
+        *_cron_shape_problems(given),
+        *_unreadable(given),
+    ]
+
+
+def _unknown_keys(given: dict[str, Any]) -> list[Problem]:
+    found = []
+    for key in given:
+        if key in _FIELDS:
+            continue
+        close = next(iter(difflib.get_close_matches(str(key), _FIELDS, n=1)), None)
+        hint = f"Did you mean {close!r}?" if close else f"Known keys: {', '.join(_FIELDS)}."
+        found.append(Problem("django_jobs.E006", f"settings.JOBS has an unknown key {key!r}.", hint))
+    return found
+
+
+def _choice_problem(
+    given: dict[str, Any], key: str, choices: tuple[str, ...], problem: Problem
+) -> list[Problem]:
+    """``problem`` (its message completed with the value) if ``key`` is not one of ``choices``."""
+    value = str(given.get(key, DEFAULTS[key]))
+    return [] if value in choices else [problem._replace(msg=f"JOBS[{key!r}] is {value!r}.")]
+
+
+def _retry_problems(given: dict[str, Any]) -> list[Problem]:
+    from .policy import RetryPolicy
+
+    try:
+        RetryPolicy(**dict(given.get("DEFAULT_RETRY", DEFAULTS["DEFAULT_RETRY"])))
+    except (TypeError, ValueError) as exc:
+        msg = f"JOBS['DEFAULT_RETRY'] is not a valid retry policy: {exc}"
+        return [Problem("django_jobs.E008", msg, "Keys: max_attempts, base, factor, max_delay.")]
+    return []
+
+
+def _numeric_problems(given: dict[str, Any]) -> list[Problem]:
+    found = []
+    for key in NUMERIC:
+        value = given.get(key, DEFAULTS[key])
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value <= 0:
+            msg = f"JOBS[{key!r}] must be a positive number, got {value!r}."
+            found.append(Problem("django_jobs.E009", msg, f"The default is {DEFAULTS[key]!r}."))
+    return found
+
+
+def _unreadable(given: dict[str, Any]) -> list[Problem]:
+    """Values the settings object refuses to read that no check above names more precisely."""
+    _, errors = build(given)
+    covered = {*NUMERIC, "DEFAULT_RETRY", "CRON"}
+    return [
+        Problem(
+            "django_jobs.E014", f"JOBS[{key!r}] cannot be read: {exc}", f"The default is {DEFAULTS[key]!r}."
+        )
+        for key, exc in errors.items()
+        if key not in covered
+    ]
+
+
+def _cron_shape_problems(given: dict[str, Any]) -> list[Problem]:
+    if isinstance(given.get("CRON", {}), dict):
+        return []
+    hint = "{job name: cron expression or None}"
+    return [Problem("django_jobs.E011", "JOBS['CRON'] must be a dict.", hint)]

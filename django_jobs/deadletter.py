@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from . import alerts, payload, registry
 from .conf import jobs_settings
-from .enqueue import Options, build, deliver
+from .enqueue import Envelope, Options, build, deliver
 from .exceptions import JobNotFound, PayloadError
 from .models import DeadLetter
 from .outcomes import AttemptEnded
@@ -325,38 +325,50 @@ def requeue(
     done = Requeued()
     for chunk in _chunks(pks):
         with transaction.atomic(using=using):
-            envelopes, changes = [], []
+            envelopes, start = [], len(done.entries)
             for entry in (
                 DeadLetter.objects.using(using)
                 .filter(pk__in=chunk, status=DeadLetter.Status.OPEN)
                 .order_by("pk")
             ):
-                try:
-                    definition = registry.get(entry.job_name)
-                except JobNotFound:
-                    done.unknown[entry.job_name] += 1
-                    continue
-                envelope = build(
-                    definition.name,
-                    definition.queue,
-                    definition.timeout,
-                    entry.args,
-                    entry.kwargs,
-                    Options(delay=len(done.entries) / rate),
-                )
-                won = (
-                    DeadLetter.objects.using(using)
-                    .filter(pk=entry.pk, status=DeadLetter.Status.OPEN)
-                    .update(status=DeadLetter.Status.REQUEUED, requeued_job_id=envelope.id)
-                )
-                if won:
-                    entry.status, entry.requeued_job_id = DeadLetter.Status.REQUEUED, envelope.id
+                envelope = _requeue_one(entry, done, rate, using)
+                if envelope is not None:
                     envelopes.append(envelope)
-                    changes.append((entry, f"Requeued as job {envelope.id} ({len(pks)} selected)."))
-                    done.entries.append(entry)
             deliver(envelopes, using=using)
-            _audit(actor, changes, using)
+            won = done.entries[start:]
+            _audit(
+                actor,
+                [(e, f"Requeued as job {e.requeued_job_id} ({len(pks)} selected).") for e in won],
+                using,
+            )
     return done
+
+
+def _requeue_one(entry: DeadLetter, done: Requeued, rate: float, using: str) -> Envelope | None:
+    """The job that replays ``entry``, if its name is registered and this caller wins the entry."""
+    try:
+        definition = registry.get(entry.job_name)
+    except JobNotFound:
+        done.unknown[entry.job_name] += 1
+        return None
+    envelope = build(
+        definition.name,
+        definition.queue,
+        definition.timeout,
+        entry.args,
+        entry.kwargs,
+        Options(delay=len(done.entries) / rate),
+    )
+    won = (
+        DeadLetter.objects.using(using)
+        .filter(pk=entry.pk, status=DeadLetter.Status.OPEN)
+        .update(status=DeadLetter.Status.REQUEUED, requeued_job_id=envelope.id)
+    )
+    if not won:
+        return None
+    entry.status, entry.requeued_job_id = DeadLetter.Status.REQUEUED, envelope.id
+    done.entries.append(entry)
+    return envelope
 
 
 def discard(entries: Entries, *, actor: Actor = None, using: str = DEFAULT_DB_ALIAS) -> int:

@@ -1,9 +1,7 @@
-"""The queue overview: what is waiting, running and failing, read from Redis and the database.
+"""The queue overview: what is waiting, running and failing, from the read model and the database.
 
-Strictly read-only, and O(queues + workers), never O(jobs): LLEN, ZCARD, LINDEX 0 and a few HGETs per
-queue, in three pipelined round trips per Redis server. It never calls RQ's registry methods, whose
-cleanup (run by ``len(registry)``, ``get_job_ids()`` or ``count``, and by django-rq's dashboard on
-every view) moves and fails jobs: looking at a dashboard must not change what it shows.
+Redis is read by :mod:`django_jobs.inspect` (strictly read-only, O(queues + workers)); this module
+adds the per-job statistics and dead letters and shapes what the page shows.
 """
 
 from __future__ import annotations
@@ -15,41 +13,15 @@ from dataclasses import dataclass, field
 from django.db.models import Count, Q
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
-from redis import Redis
 from redis.exceptions import RedisError
 
-from . import registry, stats
-from .connections import connection_identity, get_connection, queue_configs
+from . import inspect, registry, stats
+from .connections import get_connection, queue_configs
 from .models import DeadLetter, OutboxEntry
-from .store import DYING, LOST, job_key, queue_key, scheduled_key, wip_key
+from .store import job_key, scheduled_key
 
 #: Scheduled jobs looked at per queue to tell retries (attempt > 0) from delayed jobs.
 RETRY_SAMPLE = 200
-_RQ_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-@dataclass(frozen=True)
-class QueueState:
-    name: str
-    depth: int
-    oldest_age: float | None
-    running: int
-    scheduled: int
-    retrying: int
-    retrying_is_estimate: bool
-    """True when the scheduled set is larger than the sample: ``retrying`` is then a lower bound."""
-
-
-@dataclass(frozen=True)
-class WorkerState:
-    name: str
-    hostname: str
-    pid: str
-    state: str
-    queues: str
-    job_id: str
-    job_name: str
-    heartbeat_age: float | None
 
 
 @dataclass(frozen=True)
@@ -64,11 +36,25 @@ class JobTypeState:
         return bars(self.stats.hourly)
 
 
+@dataclass(frozen=True)
+class Worker:
+    """A worker as the overview shows it: busy only while the job hash says its job still runs."""
+
+    name: str
+    hostname: str
+    pid: str
+    state: str
+    queues: str
+    job_id: str
+    job_name: str
+    heartbeat_age: float | None
+
+
 @dataclass
 class Overview:
     now: dt.datetime
-    queues: list[QueueState] = field(default_factory=list)
-    workers: list[WorkerState] = field(default_factory=list)
+    queues: list[inspect.QueueState] = field(default_factory=list)
+    workers: list[Worker] = field(default_factory=list)
     jobs: list[JobTypeState] = field(default_factory=list)
     dying: int = 0
     lost: int = 0
@@ -76,87 +62,23 @@ class Overview:
     errors: list[str] = field(default_factory=list)
 
 
-def _text(value: bytes | None) -> str:
-    return value.decode(errors="replace") if value is not None else ""
-
-
-def _attempt(value: bytes | None) -> int:
-    try:
-        return int(float(value or 0))
-    except (ValueError, OverflowError):
-        return 0
-
-
-def _age(stamp: bytes | None, now: dt.datetime) -> float | None:
-    try:
-        then = dt.datetime.strptime(_text(stamp), _RQ_TIME).replace(tzinfo=dt.UTC)
-    except ValueError:
-        return None
-    return max((now - then).total_seconds(), 0.0)
-
-
-def _redis_part(connection: Redis, queues: Sequence[str], now: dt.datetime, into: Overview) -> None:
-    """Queues, workers and the dying/lost sets of one Redis server, in three round trips."""
-    with connection.pipeline(transaction=False) as pipe:
-        for queue in queues:
-            pipe.llen(queue_key(queue))
-            pipe.lindex(queue_key(queue), 0)
-            pipe.zcard(wip_key(queue))
-            pipe.zcard(scheduled_key(queue))
-            pipe.zrange(scheduled_key(queue), 0, RETRY_SAMPLE - 1)
-        pipe.smembers("rq:workers")
-        pipe.zcard(DYING)
-        pipe.zcard(LOST)
-        first = pipe.execute()
-    per_queue = [first[i : i + 5] for i in range(0, 5 * len(queues), 5)]
-    worker_keys = sorted(_text(k) for k in first[-3])
-    into.dying += first[-2]
-    into.lost += first[-1]
-
-    with connection.pipeline(transaction=False) as pipe:
-        for _, oldest, _, _, sample in per_queue:
-            pipe.hget(job_key(_text(oldest)), "enqueued_at")
-            for job_id in sample:
-                pipe.hget(job_key(_text(job_id)), "dj_attempt")
-        for key in worker_keys:
-            pipe.hgetall(key)
-        second = iter(pipe.execute())
-    for queue, (depth, oldest, running, scheduled, sample) in zip(queues, per_queue, strict=True):
-        enqueued_at = next(second)
-        retrying = sum(1 for _ in sample if _attempt(next(second)) > 0)
-        into.queues.append(
-            QueueState(
-                name=queue,
-                depth=depth,
-                oldest_age=_age(enqueued_at, now) if oldest is not None else None,
-                running=running,
-                scheduled=scheduled,
-                retrying=retrying,
-                retrying_is_estimate=scheduled > len(sample),
-            )
+def _add(overview: Overview, server: inspect.ServerState) -> None:
+    overview.queues += server.queues
+    overview.workers += [
+        Worker(
+            name=worker.name,
+            hostname=worker.hostname,
+            pid=worker.pid,
+            state="busy" if worker.job_running else "idle",
+            queues=worker.queues,
+            job_id=worker.current_job if worker.job_running else "",
+            job_name=worker.job_name if worker.job_running else "",
+            heartbeat_age=worker.heartbeat_age,
         )
-    # A worker whose hash expired is dead, even if the set still names it: skip it, change nothing.
-    workers = [(key, w) for key, w in zip(worker_keys, second, strict=True) if w]
-
-    # A worker record is refreshed once per heartbeat; the job hash says whether its job still runs.
-    with connection.pipeline(transaction=False) as pipe:
-        for _, worker in workers:
-            pipe.hmget(job_key(_text(worker.get(b"current_job"))), ["description", "status"])
-        jobs = pipe.execute()
-    for (key, worker), (job_name, status) in zip(workers, jobs, strict=True):
-        running = status == b"started"
-        into.workers.append(
-            WorkerState(
-                name=key.removeprefix("rq:worker:"),
-                hostname=_text(worker.get(b"hostname")),
-                pid=_text(worker.get(b"pid")),
-                state="busy" if running else "idle",
-                queues=_text(worker.get(b"queues")),
-                job_id=_text(worker.get(b"current_job")) if running else "",
-                job_name=_text(job_name) if running else "",
-                heartbeat_age=_age(worker.get(b"last_heartbeat"), now),
-            )
-        )
+        for worker in server.workers
+    ]
+    overview.dying += server.dying
+    overview.lost += server.lost
 
 
 def _job_types(per_job: dict[str, stats.JobStats], now: dt.datetime) -> list[JobTypeState]:
@@ -187,14 +109,14 @@ def snapshot(now: dt.datetime | None = None) -> Overview:
     line on the page, not a failed page: the overview matters most when something is down."""
     now = now or dt.datetime.now(dt.UTC)
     overview = Overview(now=now)
-    by_server: dict[str, list[str]] = {}
-    for queue in queue_configs():
-        by_server.setdefault(connection_identity(queue), []).append(queue)
     per_job: dict[str, stats.JobStats] = {}
-    for queues in by_server.values():
+    for queues, connection, state in inspect.read_all(
+        list(queue_configs()), now, retry_sample=RETRY_SAMPLE, current_jobs=True
+    ):
         try:
-            connection = get_connection(queues[0])
-            _redis_part(connection, queues, now, overview)
+            if isinstance(state, RedisError):
+                raise state
+            _add(overview, state)
             stats.read(connection, now, per_job)
         except RedisError as exc:
             overview.errors.append(f"Redis for {', '.join(queues)} did not answer: {exc}")
@@ -226,12 +148,12 @@ def job_state(job_id: str, queue: str) -> JobState | None:
     if status is None:
         return None
     return JobState(
-        status=_text(status),
-        queue=_text(origin),
-        attempt=_attempt(attempt),
-        enqueued_at=_text(enqueued),
-        started_at=_text(started),
-        ended_at=_text(ended),
+        status=inspect.text(status),
+        queue=inspect.text(origin),
+        attempt=inspect.attempt(attempt),
+        enqueued_at=inspect.text(enqueued),
+        started_at=inspect.text(started),
+        ended_at=inspect.text(ended),
         due=dt.datetime.fromtimestamp(due, dt.UTC) if due is not None else None,
     )
 

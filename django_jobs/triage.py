@@ -47,7 +47,13 @@ def raising_frame(traceback: str) -> str:
 
 
 def fingerprint(job_name: str, exception: str, frame: str) -> str:
+    """The stored group key; rows written since migration 0002 hold it, so it must never change."""
     return hashlib.sha256(f"{job_name}\n{exception}\n{frame}".encode()).hexdigest()[:16]
+
+
+def failure_fingerprint(job_name: str, exception: str, traceback: str) -> str:
+    """The one fingerprint of a failure: what the dashboard groups by and what alerts rate-limit by."""
+    return fingerprint(job_name, exception, raising_frame(traceback))
 
 
 def first_failure(history: Any) -> dt.datetime | None:
@@ -60,5 +66,6 @@ def first_failure(history: Any) -> dt.datetime | None:
 
 
 def triage(job_name: str, exception: str, traceback: str, history: Any) -> Triage:
-    frame = raising_frame(traceback)
-    return Triage(frame, fingerprint(job_name, exception, frame), first_failure(history))
+    return Triage(
+        raising_frame(traceback), failure_fingerprint(job_name, exception, traceback), first_failure(history)
+    )

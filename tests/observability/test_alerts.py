@@ -15,6 +15,7 @@ from django_jobs import alerts
 from django_jobs.models import DeadLetter
 from django_jobs.signals import job_dead_lettered
 from django_jobs.testing import run_jobs
+from django_jobs.triage import triage
 from tests.conftest import wait_for
 from tests.testapp import jobs
 from tests.testapp.alerts import ALERTED
@@ -34,18 +35,21 @@ def traceback_text(function: str = "charge", line: int = 12, path: str = "/srv/a
 
 
 def dead_letter(job_name="shop.charge_card", exception="shop.jobs.CardDeclined", **where) -> DeadLetter:
-    entry = DeadLetter.objects.create(
+    """A row as ``deadletter.record`` writes it: triaged, so it carries the dashboard's fingerprint."""
+    traceback = traceback_text(**where)
+    facts = triage(job_name, exception, traceback, [])
+    return DeadLetter.objects.create(
         job_id=f"job-{DeadLetter.objects.count()}-{time.monotonic_ns()}",
         job_name=job_name,
         queue="default",
         exception=exception,
         message="declined",
-        traceback=traceback_text(**where),
+        traceback=traceback,
+        raised_at=facts.raised_at,
+        fingerprint=facts.fingerprint,
         attempts=3,
         reason=DeadLetter.Reason.PERMANENT,
     )
-    entry.fingerprint = ""  # grouped by alerts' own key unless a test sets one
-    return entry
 
 
 @pytest.fixture
@@ -122,6 +126,29 @@ def test_failures_are_grouped_by_job_exception_and_raising_frame_not_line(receiv
     alerts.fire(dead_letter(job_name="shop.send_invoice"))
     assert len(received) == 4
     assert len({a.fingerprint for a in received}) == 4
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/srv/app/shop/jobs.py",
+        "/srv/app/billing/jobs.py",  # same file name, another package: another dashboard group
+        "/venv/lib/python3.12/site-packages/stripe/api/charge.py",
+        "C:\\app\\shop\\jobs.py",
+    ],
+)
+def test_an_alert_group_is_the_dashboard_group_even_for_a_row_not_yet_triaged(path):
+    entry = dead_letter(path=path)
+    stored = entry.fingerprint
+    entry.fingerprint = ""  # e.g. a row written before triage, or built by hand for a hook
+    assert alerts.fingerprint(entry) == stored
+
+
+def test_dead_letters_the_dashboard_splits_alert_separately(received):
+    alerts.fire(dead_letter(path="/srv/app/shop/jobs.py"))
+    alerts.fire(dead_letter(path="/srv/app/billing/jobs.py"))
+    assert len(received) == 2
+    assert [a.fingerprint for a in received] == [a.dead_letter.fingerprint for a in received]
 
 
 def test_a_fingerprint_given_by_the_dead_letter_is_the_group(received):

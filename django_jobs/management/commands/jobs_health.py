@@ -9,10 +9,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 from redis.exceptions import RedisError
 
-from django_jobs.collectors import QueueStats, Worker, dead_letter_counts, servers, snapshot
+from django_jobs.collectors import dead_letter_counts
 from django_jobs.connections import connection_identity, queue_configs
 from django_jobs.eviction import eviction_policy
 from django_jobs.exceptions import ConfigurationError
+from django_jobs.inspect import QueueState, WorkerState, server_connections, servers
 from django_jobs.management.arguments import real
 
 CHECKS = ("database", "redis", "workers", "age", "eviction", "quarantine")
@@ -76,7 +77,7 @@ class Command(BaseCommand):
         self.stdout.write(f"{'ok  ' if ok else 'WARN'} {check}: {' '.join(detail.split())}")
 
     def _eviction(self, queues: list[str]) -> None:
-        for _names, connection in servers(queues):
+        for _names, connection in server_connections(queues):
             try:
                 found = eviction_policy(connection)
             except RedisError:
@@ -106,12 +107,12 @@ class Command(BaseCommand):
         return failures
 
     def _queues(self, queues: list[str], skip: set[str], max_age: float, local: bool) -> list[str]:
-        stats: list[QueueStats] = []
-        workers: list[Worker] = []
+        stats: list[QueueState] = []
+        workers: list[WorkerState] = []
         try:
-            for part in snapshot(queues):
+            for part in servers(queues):
                 stats += part.queues
-                workers += part.workers
+                workers += [w for w in part.workers if w.state]
         except RedisError as exc:
             return self._report(False, "redis", str(exc))
         failures = [] if "redis" in skip else self._report(True, "redis", ", ".join(queues))
@@ -119,7 +120,7 @@ class Command(BaseCommand):
             workers = [w for w in workers if w.hostname == socket.gethostname()]
         for queue in stats:
             if "workers" not in skip:
-                serving = sum(queue.name in w.queues for w in workers)
+                serving = sum(queue.name in w.served for w in workers)
                 failures += self._report(bool(serving), "workers", f"{queue.name}: {serving} live")
             if "age" not in skip:
                 age = queue.oldest_age or 0.0

@@ -1,0 +1,223 @@
+"""The one read model of what Redis holds: queues, workers and leases, for every page and probe.
+
+The admin's overview, the ``/metrics`` gauges and ``manage.py jobs_health`` present what this module
+reads; none reads Redis its own way. Strictly read-only, and O(queues + workers), never O(jobs):
+LLEN, ZCARD, LINDEX 0 and a few HGETs per queue, in two pipelined round trips per Redis server
+(three when the workers' current jobs are asked for). It never calls RQ's registry methods, whose
+cleanup (run by ``len(registry)``, ``get_job_ids()`` or ``count``, and by django-rq's dashboard on
+every view) moves and fails jobs: looking must not change what is seen. A key of the wrong type
+(a poison entry) reads as missing, never as an error for the whole read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import RedisError
+
+from .connections import connection_identity, get_connection
+from .store import DYING, LOST, job_key, queue_key, scheduled_key, wip_key
+
+WORKERS = "rq:workers"
+_RQ_TIME = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+@dataclass(frozen=True)
+class QueueState:
+    name: str
+    depth: int
+    oldest_age: float | None
+    """Seconds the head job has waited; None when the queue is empty or the head's hash does not say."""
+    running: int
+    scheduled: int
+    retrying: int
+    retrying_is_estimate: bool
+    """True when the scheduled set is larger than the sample: ``retrying`` is then a lower bound."""
+
+
+@dataclass(frozen=True)
+class WorkerState:
+    name: str
+    state: str
+    """What the worker's record says (RQ's ``state``: busy, idle...); '' when it says nothing."""
+    hostname: str
+    pid: str
+    queues: str
+    current_job: str
+    heartbeat_age: float | None
+    job_running: bool
+    """Whether the job hash says the current job still runs (read only when asked for)."""
+    job_name: str
+
+    @property
+    def served(self) -> frozenset[str]:
+        return frozenset(self.queues.split(","))
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """One Redis server: its queues (in the order asked), its live workers, and the leases lost or dying."""
+
+    queues: list[QueueState]
+    workers: list[WorkerState]
+    dying: int
+    lost: int
+
+
+def text(value: Any) -> str:
+    """A Redis reply as text; a missing value or an error reply (a poison key) is ''."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else ""
+
+
+def attempt(value: Any) -> int:
+    try:
+        return int(float(text(value) or 0))
+    except (ValueError, OverflowError):
+        return 0
+
+
+def age(stamp: Any, now: dt.datetime) -> float | None:
+    """Seconds since an RQ timestamp; None if ``stamp`` is not one."""
+    try:
+        then = dt.datetime.strptime(text(stamp), _RQ_TIME).replace(tzinfo=dt.UTC)
+    except ValueError:
+        return None
+    return max((now - then).total_seconds(), 0.0)
+
+
+def by_server(queues: Sequence[str]) -> list[list[str]]:
+    """``queues`` grouped by the Redis server that holds them, in order."""
+    servers: dict[str, list[str]] = {}
+    for queue in queues:
+        servers.setdefault(connection_identity(queue), []).append(queue)
+    return list(servers.values())
+
+
+def server_connections(queues: Sequence[str]) -> list[tuple[list[str], Redis]]:
+    """``queues`` grouped by the Redis server they live on, each group with the web side's client."""
+    return [(names, get_connection(names[0])) for names in by_server(queues)]
+
+
+def read_all(
+    queues: Sequence[str], now: dt.datetime | None = None, **options: Any
+) -> Iterator[tuple[list[str], Redis, ServerState | RedisError]]:
+    """:func:`read` of each server behind ``queues``; a server that does not answer yields its error."""
+    now = now or dt.datetime.now(dt.UTC)
+    for names, connection in server_connections(queues):
+        state: ServerState | RedisError
+        try:
+            state = read(connection, names, now, **options)
+        except RedisError as exc:
+            state = exc
+        yield names, connection, state
+
+
+def servers(queues: Sequence[str], **options: Any) -> Iterator[ServerState]:
+    """:func:`read` of each server behind ``queues``; raises RedisError for one that does not answer."""
+    for _, _, state in read_all(queues, **options):
+        if isinstance(state, RedisError):
+            raise state
+        yield state
+
+
+def read(
+    connection: Redis,
+    queues: Sequence[str],
+    now: dt.datetime,
+    *,
+    retry_sample: int = 0,
+    current_jobs: bool = False,
+) -> ServerState:
+    """Queues, workers and leases of one server. ``retry_sample`` scheduled jobs per queue are looked
+    at to count retries (attempt > 0); ``current_jobs`` reads what each worker runs."""
+    counts, sample_ids, worker_keys, dying, lost = _counts(connection, queues, retry_sample)
+    with connection.pipeline(transaction=False) as pipe:
+        for (_, head, _, _), sample in zip(counts, sample_ids, strict=True):
+            pipe.hget(job_key(text(head)), "enqueued_at")
+            for job_id in sample:
+                pipe.hget(job_key(text(job_id)), "dj_attempt")
+        for key in worker_keys:
+            pipe.hgetall(key)
+        replies = iter(pipe.execute(raise_on_error=False))
+    states = [
+        _queue(name, count, sample, replies, now)
+        for name, count, sample in zip(queues, counts, sample_ids, strict=True)
+    ]
+    # A worker whose hash expired is dead, even if the set still names it: skip it, change nothing.
+    records = [(key, r) for key, r in zip(worker_keys, replies, strict=True) if isinstance(r, dict) and r]
+    workers = _workers(connection, records, now, current_jobs)
+    return ServerState(states, workers, dying, lost)
+
+
+def _counts(
+    connection: Redis, queues: Sequence[str], retry_sample: int
+) -> tuple[list[list[Any]], list[list[bytes]], list[str], int, int]:
+    """The first round trip: per queue depth, head, running and scheduled; the workers' set; leases."""
+    with connection.pipeline(transaction=False) as pipe:
+        for queue in queues:
+            pipe.llen(queue_key(queue))
+            pipe.lindex(queue_key(queue), 0)
+            pipe.zcard(wip_key(queue))
+            pipe.zcard(scheduled_key(queue))
+            if retry_sample:
+                pipe.zrange(scheduled_key(queue), 0, retry_sample - 1)
+        pipe.smembers(WORKERS)
+        pipe.zcard(DYING)
+        pipe.zcard(LOST)
+        replies = pipe.execute()
+    width = 5 if retry_sample else 4
+    per_queue = [replies[i : i + width] for i in range(0, width * len(queues), width)]
+    samples = [list(part[4]) if retry_sample else [] for part in per_queue]
+    worker_keys = sorted(text(key) for key in replies[-3])
+    return [part[:4] for part in per_queue], samples, worker_keys, replies[-2], replies[-1]
+
+
+def _queue(
+    name: str, count: list[Any], sample: list[bytes], replies: Iterator[Any], now: dt.datetime
+) -> QueueState:
+    depth, head, running, scheduled = count
+    enqueued_at = next(replies)
+    retrying = sum(1 for _ in sample if attempt(next(replies)) > 0)
+    return QueueState(
+        name=name,
+        depth=depth,
+        oldest_age=age(enqueued_at, now) if head is not None else None,
+        running=running,
+        scheduled=scheduled,
+        retrying=retrying,
+        retrying_is_estimate=scheduled > len(sample),
+    )
+
+
+def _workers(
+    connection: Redis, records: list[tuple[str, dict[bytes, bytes]]], now: dt.datetime, current_jobs: bool
+) -> list[WorkerState]:
+    """The live workers; with ``current_jobs``, one more round trip asks each job hash if it still runs
+    (a worker record is refreshed only once per heartbeat)."""
+    jobs: list[Any] = [[None, None]] * len(records)
+    if current_jobs:
+        with connection.pipeline(transaction=False) as pipe:
+            for _, record in records:
+                pipe.hmget(job_key(text(record.get(b"current_job"))), ["description", "status"])
+            jobs = pipe.execute(raise_on_error=False)
+    workers = []
+    for (key, record), job in zip(records, jobs, strict=True):
+        job_name, status = job if isinstance(job, list) else (None, None)
+        workers.append(
+            WorkerState(
+                name=key.removeprefix("rq:worker:"),
+                state=text(record.get(b"state")),
+                hostname=text(record.get(b"hostname")),
+                pid=text(record.get(b"pid")),
+                queues=text(record.get(b"queues")),
+                current_job=text(record.get(b"current_job")),
+                heartbeat_age=age(record.get(b"last_heartbeat"), now),
+                job_running=status == b"started",
+                job_name=text(job_name),
+            )
+        )
+    return workers
