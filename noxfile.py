@@ -25,6 +25,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", "django_jobs")
     session.run("mypy", "django_jobs")
+    session.run("lint-imports")
 
 
 @nox.session

@@ -16,9 +16,18 @@ class DjangoJobsConfig(AppConfig):
     discovered: frozenset[str] = frozenset()
 
     def ready(self) -> None:
-        from . import chains, checks, collectors, registry  # noqa: F401  checks and chains register on import
+        # checks and chains register on import
+        from . import chains, checks, collectors, cron, deadletter, enqueue, outcomes, registry  # noqa: F401
         from .conf import jobs_settings
 
+        registry.deliver_through(enqueue.enqueue_calls)
+        outcomes.connect(
+            [
+                ("Dead-lettering", deadletter.on_attempt_ended),
+                ("Marking a periodic run finished", cron.on_attempt_ended),
+                *outcomes.REPORTING,
+            ]
+        )
         collectors.register()  # the queue and dead-letter gauges join django-prometheus's /metrics
 
         autodiscover_modules("jobs")

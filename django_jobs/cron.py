@@ -31,6 +31,7 @@ from . import registry
 from .conf import jobs_settings
 from .enqueue import Options, enqueue_calls
 from .models import CronRun
+from .outcomes import AttemptEnded, Outcome
 from .store import keys
 
 logger = logging.getLogger("django_jobs.cron")
@@ -161,6 +162,13 @@ def finished(fields: dict[str, bytes]) -> None:
         logger.warning("Ignoring dj_cron %r: not the id of a periodic run", raw[:100])
         return
     CronRun.objects.filter(pk=run, finished_at__isnull=True).update(finished_at=timezone.now())
+
+
+def on_attempt_ended(event: AttemptEnded) -> None:
+    """Outcome subscriber: a periodic job's success finishes its run. A garbage ``dj_cron`` or a
+    database error leaves the job succeeded; its period shows as overdue."""
+    if event.outcome is Outcome.SUCCESS:
+        finished(event.claimed.fields)
 
 
 def _overdue(now: dt.datetime | None) -> QuerySet[CronRun]:

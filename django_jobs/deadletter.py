@@ -25,6 +25,7 @@ from .conf import jobs_settings
 from .enqueue import Envelope, Options, build, deliver
 from .exceptions import JobNotFound, PayloadError
 from .models import DeadLetter
+from .outcomes import AttemptEnded
 from .signals import job_dead_lettered
 from .store import JobRecord, Store, surrogate_id, to_bytes, to_text, valid_job_id
 from .triage import triage
@@ -220,6 +221,19 @@ def bury(store: Store, failure: Failure, fields: dict[str, bytes]) -> DeadLetter
     entry = record(failure, fields)
     store.buried(failure.job_id, jobs_settings.FINISHED_TTL)
     return entry
+
+
+def on_attempt_ended(event: AttemptEnded) -> None:
+    """Outcome subscriber: write the dead letter of a job the store moved to "dying". On a database
+    outage (or a failing alert hook) the job waits there for the supervisor to bury it later."""
+    if not event.bury or event.judgement is None:
+        return
+    judged = event.judgement
+    failure = Failure(
+        event.job_id, event.queue, judged.reason, judged.exception, judged.message, judged.traceback,
+        list(event.history),
+    )  # fmt: skip
+    bury(event.store, failure, event.claimed.fields)
 
 
 def quarantine(failure: Failure, fields: dict[str, bytes], *, source: str, member: bytes) -> DeadLetter:

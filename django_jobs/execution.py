@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import enum
 import json
 import logging
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -19,11 +17,11 @@ from django.db import connections, reset_queries
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.dispatch import Signal
 
-from . import cron, deadletter, metrics, payload, registry, stats
+from . import metrics, payload, registry
 from .exceptions import JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
 from .logs import exception_path, exception_text, exception_traceback
-from .logs import log_outcome as log_outcome  # re-exported: callers that log an outcome themselves
 from .models import DeadLetter
+from .outcomes import AttemptEnded, Judgement, Outcome, isolated, publish
 from .policy import Verdict, classify
 from .signals import job_failed, job_retrying, job_started, job_succeeded
 from .store import Claimed, Store
@@ -31,29 +29,7 @@ from .store import Claimed, Store
 logger = logging.getLogger("django_jobs.worker")
 
 
-class Outcome(enum.StrEnum):
-    """How one attempt ended; the ``outcome`` label of the job counter."""
-
-    SUCCESS = "success"
-    RETRY = "retry"
-    DEAD = "dead"
-    TIMEOUT = "timeout"
-    LOST = "lost"
-
-
-@dataclass(frozen=True)
-class Failed:
-    """A failed attempt, however it failed: an exception in the job, a hard kill, a dead worker."""
-
-    exception: str
-    message: str
-    traceback: str
-    verdict: Verdict
-    reason: str
-    cause: BaseException | None = None
-
-
-def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, Any] | None) -> Failed:
+def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, Any] | None) -> Judgement:
     path, message, text = exception_path(exc), exception_text(exc), exception_traceback(exc)
     if definition is None:
         reason = DeadLetter.Reason.UNDECODABLE
@@ -61,7 +37,7 @@ def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, A
             reason = DeadLetter.Reason.UNREGISTERED
         elif isinstance(exc, PayloadTooLarge):  # a decompression bomb: quarantined, never inflated
             reason = DeadLetter.Reason.UNREADABLE
-        return Failed(path, message, text, Verdict.DEAD, reason, exc)
+        return Judgement(path, message, text, Verdict.DEAD, reason, exc)
     verdict = classify(exc, attempt=claimed.attempt, policy=definition.policy, permanent=definition.permanent)
     exhausted = claimed.attempt >= definition.policy.max_attempts
     reason = (
@@ -69,18 +45,7 @@ def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, A
         if isinstance(exc, WorkerLost) and exhausted
         else (DeadLetter.Reason.EXHAUSTED if exhausted else DeadLetter.Reason.PERMANENT)
     )
-    return Failed(path, message, text, verdict, reason, exc)
-
-
-def isolated(what: str, action: Callable[[], object]) -> None:
-    """Run one bookkeeping step of an outcome already decided. Whatever it raises (signal receivers
-    and hooks are user code) is logged, never raised: it must neither crash the worker nor change,
-    or repeat, the job's outcome."""
-    try:
-        action()
-    except BaseException:
-        with contextlib.suppress(BaseException):
-            logger.warning("%s failed; the job's outcome stands.", what, exc_info=True)
+    return Judgement(path, message, text, verdict, reason, exc)
 
 
 def _notify(signal: Signal, name: str, claimed: Claimed, **kwargs: Any) -> None:
@@ -94,7 +59,7 @@ def _notify(signal: Signal, name: str, claimed: Claimed, **kwargs: Any) -> None:
     )
 
 
-def _history(claimed: Claimed, failed: Failed) -> list[dict[str, Any]]:
+def _history(claimed: Claimed, failed: Judgement) -> list[dict[str, Any]]:
     history = claimed.record.history  # garbage in a job's own field must not stop its settling
     entry = {
         "attempt": claimed.attempt,
@@ -105,12 +70,32 @@ def _history(claimed: Claimed, failed: Failed) -> list[dict[str, Any]]:
     return [*history, entry][-25:]
 
 
-def settle_failure(store: Store, claimed: Claimed, exc: BaseException, *, lost: bool = False) -> Outcome:
-    """Retry with backoff or dead-letter. ``lost``: the lease already moved to LOST (worker died)."""
+def _definition(claimed: Claimed) -> registry.Job[Any, Any] | None:
     try:
-        definition: registry.Job[Any, Any] | None = registry.get(payload.loads(claimed.record.data)[0])
+        return registry.get(payload.loads(claimed.record.data)[0])
     except (JobNotFound, PayloadError):
-        definition = None
+        return None
+
+
+def _retry_outcome(exc: BaseException, lost: bool) -> Outcome:
+    if lost or isinstance(exc, WorkerLost):  # reaped after its lease expired, or its process died
+        return Outcome.LOST
+    return Outcome.TIMEOUT if isinstance(exc, JobTimeout) else Outcome.RETRY
+
+
+def settle_failure(
+    store: Store,
+    claimed: Claimed,
+    exc: BaseException,
+    *,
+    lost: bool = False,
+    name: str | None = None,
+    duration: float | None = None,
+) -> AttemptEnded:
+    """Retry with backoff or move to "dying" for dead-lettering, and return the attempt's end for
+    the caller to :func:`~django_jobs.outcomes.publish` (whose dead-letter subscriber writes the row).
+    ``lost``: the lease already moved to LOST (worker died). ``name`` defaults to the job hash's."""
+    definition = _definition(claimed)
     failed = _judge(exc, claimed, definition)
     history = _history(claimed, failed)
     fields = {
@@ -120,43 +105,44 @@ def settle_failure(store: Store, claimed: Claimed, exc: BaseException, *, lost: 
         "dj_exception": failed.exception,
         "dj_message": failed.message[:2000],
     }
-    name = definition.name if definition else "(unknown)"
+    known = definition.name if definition else "(unknown)"
+    delay: float | None = None
+    outcome = Outcome.DEAD
     if failed.verdict is Verdict.RETRY and definition is not None:
         # A lost worker's job goes straight back: the crash was not the job's failure to back off from.
         delay = 0.0 if isinstance(exc, WorkerLost) else definition.policy.delay(claimed.attempt)
-        settled = store.fail(claimed.token, claimed.queue, delay=delay, fields=fields, lost=lost)
-        if settled:
-            _notify(job_retrying, name, claimed, delay=delay)
-        if lost or isinstance(exc, WorkerLost):  # reaped after its lease expired, or its process died
-            outcome = Outcome.LOST
-        else:
-            outcome = Outcome.TIMEOUT if isinstance(exc, JobTimeout) else Outcome.RETRY
-    else:
-        settled = store.fail(claimed.token, claimed.queue, delay=None, fields=fields, lost=lost)
-        if settled:
-            failure = deadletter.Failure(
-                claimed.id,
-                claimed.queue,
-                failed.reason,
-                failed.exception,
-                failed.message,
-                failed.traceback,
-                history,
-            )
-            # On a DB outage (or a failing alert hook) the job waits in "dying" for the supervisor.
-            isolated(
-                f"Dead-lettering job {name} {claimed.id}",
-                lambda: deadletter.bury(store, failure, claimed.fields),
-            )
-        outcome = Outcome.DEAD
+        outcome = _retry_outcome(exc, lost)
+    settled = store.fail(claimed.token, claimed.queue, delay=delay, fields=fields, lost=lost)
+    if settled and delay is not None:
+        _notify(job_retrying, known, claimed, delay=delay)
     if not settled:
         logger.warning(
             "Job %s %s: attempt %d was fenced off; another attempt owns it now.",
-            name,
+            known,
             claimed.id,
             claimed.attempt,
         )
-    return outcome
+    reported = name if name is not None else claimed.record.name
+    return _ended(
+        store, claimed, reported, outcome, duration, exc, failed, history, settled and delay is None
+    )
+
+
+def _ended(
+    store: Store,
+    claimed: Claimed,
+    name: str,
+    outcome: Outcome,
+    duration: float | None,
+    exc: BaseException | None,
+    judgement: Judgement | None = None,
+    history: list[dict[str, Any]] | None = None,
+    bury: bool = False,
+) -> AttemptEnded:
+    return AttemptEnded(
+        name, claimed.id, claimed.queue, claimed.attempt, outcome, duration, exc, claimed, store,
+        judgement, tuple(history or ()), bury,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -207,30 +193,6 @@ def queue_wait(claimed: Claimed) -> float | None:
     return max((dt.datetime.now(dt.UTC) - enqueued).total_seconds(), 0.0)
 
 
-def report(
-    outcome: Outcome,
-    name: str,
-    claimed: Claimed,
-    exc: BaseException | None = None,
-    duration: float | None = None,
-) -> None:
-    """Count and log one settled attempt, each step isolated. ``duration`` is None for an attempt
-    that never ran here: undecodable, or settled for a dead work process or an expired lease."""
-    if duration is None:
-        isolated("Counting an outcome", lambda: metrics.settled(name, claimed.queue, outcome.value))
-    else:
-        isolated(
-            "Counting an outcome", lambda: metrics.finished(name, claimed.queue, outcome.value, duration)
-        )
-    isolated("Recording an outcome", lambda: stats.record(name, outcome.value))
-    isolated("Logging an outcome", lambda: log_outcome(outcome, name, claimed, duration or 0.0, exc))
-
-
-def report_settled(outcome: Outcome, claimed: Claimed, exc: BaseException | None = None) -> None:
-    """:func:`report` for an attempt settled outside its work process, named from the job hash."""
-    report(outcome, claimed.record.name, claimed, exc)
-
-
 def _attempt(
     definition: registry.Job[Any, Any], args: list[Any], kwargs: dict[str, Any]
 ) -> BaseException | None:
@@ -265,9 +227,9 @@ def run(
         name, args, kwargs = payload.loads(claimed.record.data)
         definition = registry.get(name)
     except (PayloadError, JobNotFound) as exc:
-        outcome = settle_failure(store, claimed, exc)
-        report(outcome, name, claimed, exc)
-        return outcome
+        ended = settle_failure(store, claimed, exc, name=name)
+        publish(ended)
+        return ended.outcome
     if on_start is not None:
         on_start(definition.timeout)
     _notify(job_started, name, claimed)
@@ -278,12 +240,10 @@ def run(
         on_return()
     isolated("Closing the job's database connections", db_hygiene)
     if error is None:
-        outcome = Outcome.SUCCESS
         _notify(job_succeeded, name, claimed, duration=duration)
-        # A garbage dj_cron or a database error: the job did succeed; its period shows as overdue.
-        isolated(f"Marking periodic job {name} {claimed.id} finished", lambda: cron.finished(claimed.fields))
+        ended = _ended(store, claimed, name, Outcome.SUCCESS, duration, None)
     else:
         _notify(job_failed, name, claimed, duration=duration, exception=error)
-        outcome = settle_failure(store, claimed, error)
-    report(outcome, name, claimed, error, duration)
-    return outcome
+        ended = settle_failure(store, claimed, error, name=name, duration=duration)
+    publish(ended)
+    return ended.outcome

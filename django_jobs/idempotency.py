@@ -10,6 +10,7 @@ then reports "already done"; a serialization failure is an ordinary, retryable e
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,7 +26,7 @@ _INSERT = {
 }
 
 
-def claim(key: str, *, using: str = DEFAULT_DB_ALIAS) -> bool:
+def claim_key(key: str, *, using: str = DEFAULT_DB_ALIAS) -> bool:
     """Insert ``key``; True if this call inserted it. Call it inside the transaction of the side effect."""
     if not key or len(key) > 255:
         raise ValueError(f"Idempotency keys are 1 to 255 characters, got {len(key)}.")
@@ -53,7 +54,17 @@ def idempotent(key: str, *, using: str = DEFAULT_DB_ALIAS) -> Iterator[bool]:
     idempotency key, because the database cannot roll back a request already sent.
     """
     with transaction.atomic(using=using):
-        yield claim(key, using=using)
+        yield claim_key(key, using=using)
+
+
+def claim(key: str, *, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Deprecated name of :func:`claim_key` (it read like claiming a job); removed in the next release."""
+    warnings.warn(
+        "django_jobs.claim() is now claim_key(); the old name goes away in the next release.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return claim_key(key, using=using)
 
 
 def prune(batch: int = 1000, *, using: str = DEFAULT_DB_ALIAS) -> int:

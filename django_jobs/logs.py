@@ -69,7 +69,7 @@ def _text_value(value: object) -> str:
 def log_outcome(
     outcome: str, name: str, claimed: Claimed, duration: float, exc: BaseException | None = None
 ) -> None:
-    """Log how one attempt ended (``outcome`` is an ``execution.Outcome``); failures are WARNING,
+    """Log how one attempt ended (``outcome`` is an ``outcomes.Outcome``); failures are WARNING,
     dead letters ERROR."""
     fields: dict[str, Any] = {
         "job": name,

@@ -20,16 +20,41 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from .envelope import Envelope
 from .models import OutboxEntry
 
-if TYPE_CHECKING:
-    from .enqueue import Envelope
-
 MAX_HELD = 1000  # rows; more are written at once, so memory stays bounded in huge transactions
+
+
+def row(envelope: Envelope) -> OutboxEntry:
+    """The outbox row that delivers ``envelope`` if its push does not happen."""
+    return OutboxEntry(
+        id=envelope.id,
+        job_name=envelope.name,
+        queue=envelope.queue,
+        data=envelope.data,
+        timeout=envelope.timeout,
+        due=envelope.due,
+        created_at=envelope.created_at,
+        options=envelope.options(),
+    )
+
+
+def envelope(entry: OutboxEntry) -> Envelope:
+    """The envelope an outbox row holds; raises if the row breaks a rule an envelope checks."""
+    return Envelope(
+        entry.id, entry.job_name, entry.queue, entry.data, entry.timeout, entry.due, entry.created_at,
+        **entry.options,
+    )  # fmt: skip
+
+
+def store(alias: str, envelopes: Sequence[Envelope]) -> None:
+    """Write rows for ``envelopes`` now, for the relay in ``runjobs`` to deliver."""
+    OutboxEntry.objects.using(alias).bulk_create([row(e) for e in envelopes])
 
 
 class _Transaction:
@@ -51,7 +76,7 @@ class _Transaction:
             self.write()
 
     def write(self) -> None:
-        rows, self.held = [e.row() for e in self.held], []
+        rows, self.held = [row(e) for e in self.held], []
         if rows:
             OutboxEntry.objects.using(self.alias).bulk_create(rows)
 

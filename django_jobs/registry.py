@@ -13,22 +13,48 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from croniter import croniter
 
 from .conf import jobs_settings
-from .exceptions import JobNotFound
+from .envelope import Call, JobHandle, Options
+from .exceptions import ConfigurationError, JobNotFound
 from .policy import RetryPolicy
-
-if TYPE_CHECKING:
-    from .enqueue import JobHandle, Options
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 _registry: dict[str, Job[Any, Any]] = {}
 _lock = threading.Lock()
+
+
+class Delivery(Protocol):
+    """What ``Job.enqueue`` hands its calls to: ``enqueue.enqueue_calls``."""
+
+    def __call__(
+        self, definition: Job[Any, Any], calls: Sequence[Call], *, using: str | None, options: Options
+    ) -> list[JobHandle]: ...
+
+
+_delivery: list[Delivery] = []
+
+
+def deliver_through(delivery: Delivery) -> None:
+    """Connect ``Job.enqueue`` to delivery. The app's ``ready()`` does it, so the registry (job
+    definitions) stays below the enqueue machinery that imports it, with no import back up."""
+    _delivery[:] = [delivery]
+
+
+def _deliver(
+    definition: Job[Any, Any], calls: Sequence[Call], using: str | None, options: Options
+) -> list[JobHandle]:
+    if not _delivery:
+        raise ConfigurationError(
+            f"Job {definition.name!r} cannot be enqueued before Django is set up with "
+            "'django_jobs' in INSTALLED_APPS."
+        )
+    return _delivery[0](definition, calls, using=using, options=options)
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,10 +101,8 @@ class Job(Generic[P, R]):
         self, calls: Iterable[Sequence[Any] | Mapping[str, Any]], *, using: str | None = None
     ) -> list[JobHandle]:
         """Queue many runs in one Redis round trip. Each call is a tuple of args or a dict of kwargs."""
-        from .enqueue import enqueue_calls
-
         pairs = [((), dict(c)) if isinstance(c, Mapping) else (tuple(c), {}) for c in calls]
-        return enqueue_calls(self, pairs, using=using)
+        return _deliver(self, pairs, using, Options())
 
     def using(self, database: str) -> BoundJob[P, R]:
         """Wait for the commit of ``database`` rather than guessing which transaction matters."""
@@ -93,8 +117,6 @@ class Job(Generic[P, R]):
         dropped. With ``debounce`` (seconds) the job waits that long and a newer enqueue with the
         same key within the window replaces it: the last one wins.
         """
-        from .enqueue import Options
-
         return BoundJob(self, database, Options(delay=delay, unique_key=unique_key, debounce=debounce))
 
 
@@ -107,9 +129,7 @@ class BoundJob(Generic[P, R]):
     settings: Options
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
-        from .enqueue import enqueue_calls
-
-        return enqueue_calls(self.job, [(args, kwargs)], using=self.database, options=self.settings)[0]
+        return _deliver(self.job, [(args, kwargs)], self.database, self.settings)[0]
 
 
 def _check_timeout(name: str, timeout: object) -> float:
@@ -130,7 +150,16 @@ def _check_permanent(name: str, permanent: object) -> tuple[type[BaseException],
     for item in items:
         if not (isinstance(item, type) and issubclass(item, BaseException)):
             raise ValueError(f"@job {name!r}: permanent= takes exception classes, got {item!r}.")
-    return tuple(items)  # type: ignore[arg-type]
+    return tuple(items)
+
+
+def _check_names(name: str, queue: str, aliases: Sequence[str], retry: RetryPolicy | None) -> None:
+    if not isinstance(queue, str) or not queue:
+        raise ValueError(f"@job {name!r}: queue must be a non-empty string, got {queue!r}.")
+    if isinstance(aliases, str) or not all(isinstance(a, str) and a for a in aliases):
+        raise ValueError(f"@job {name!r}: aliases= takes a list of names, got {aliases!r}.")
+    if retry is not None and not isinstance(retry, RetryPolicy):
+        raise ValueError(f"@job {name!r}: retry= takes a RetryPolicy, got {retry!r}.")
 
 
 _PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -252,12 +281,7 @@ def job(
 
     def decorate(fn: Callable[P, R]) -> Job[P, R]:
         job_name = name or f"{fn.__module__}.{fn.__qualname__}"
-        if not isinstance(queue, str) or not queue:
-            raise ValueError(f"@job {job_name!r}: queue must be a non-empty string, got {queue!r}.")
-        if isinstance(aliases, str) or not all(isinstance(a, str) and a for a in aliases):
-            raise ValueError(f"@job {job_name!r}: aliases= takes a list of names, got {aliases!r}.")
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise ValueError(f"@job {job_name!r}: retry= takes a RetryPolicy, got {retry!r}.")
+        _check_names(job_name, queue, aliases, retry)
         limits = _check_limits(job_name, concurrency, rate)
         definition = Job(
             func=fn,

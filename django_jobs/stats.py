@@ -42,7 +42,7 @@ FLUSH_EVERY = 1.0
 
 
 def record(job: str, outcome: str, now: dt.datetime | None = None) -> None:
-    """Count one attempt's outcome (``execution.Outcome`` values), to be written by :func:`flush`."""
+    """Count one attempt's outcome (``outcomes.Outcome`` values), to be written by :func:`flush`."""
     minute = (now or dt.datetime.now(dt.UTC)).replace(second=0, microsecond=0)
     _pending[(minute, f"{job}|{outcome}")] += 1
 

@@ -17,6 +17,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+_held: list[socket.socket] = []
+
+
+def closed_port() -> int:
+    """A loopback port nothing can listen on while the tests run: bound by this process, never
+    listened on, so a connection to it is refused (a fixed "unused" port may be taken by a demo or
+    a private Redis of a parallel run; a merely free port may be taken later)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    _held.append(sock)
+    return int(sock.getsockname()[1])
+
+
+#: A queue whose Redis refuses every connection.
+DOWN = {"URL": f"redis://127.0.0.1:{closed_port()}/0", "SERIALIZER": "rq.serializers.JSONSerializer"}
+
+
 def wait_port(port: int, up: bool = True, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -12,6 +12,7 @@ failure twice) is quarantined: written as a dead letter with its raw data, then 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -23,11 +24,11 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
-from .. import alerts, deadletter, execution, idempotency, metrics, stats
+from .. import alerts, deadletter, execution, idempotency, metrics, outbox, outcomes, stats
 from ..conf import jobs_settings
 from ..connections import connection_identity, get_connection
 from ..cron import Scheduler
-from ..enqueue import Envelope
+from ..envelope import Envelope
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
 from ..store import DYING, LOST, Claimed, Store, VanishedId, to_bytes, to_text, valid_job_id
@@ -252,10 +253,10 @@ class Maintenance:
             self.store.defer(LOST, member, FOREIGN_AFTER)  # the runjobs serving that queue settles it
             return
         claimed = Claimed(queue, job_id, token, record)
-        outcome = execution.settle_failure(
+        ended = execution.settle_failure(
             store=self.store, claimed=claimed, lost=True, exc=WorkerLost("The worker running this job died.")
         )
-        execution.report_settled(outcome, claimed)
+        outcomes.publish(dataclasses.replace(ended, exception=None))  # no error known: the log says lost
 
     def _bury(self, member: bytes) -> None:
         job_id = _job_id(member)
@@ -323,7 +324,7 @@ class Maintenance:
         groups: dict[str, list[tuple[OutboxEntry, Envelope]]] = {}
         for row in rows:
             try:  # an unknown queue, broken options, an id that breaks the rule: never pushable
-                envelope = Envelope.from_row(row)
+                envelope = outbox.envelope(row)
                 groups.setdefault(connection_identity(row.queue), []).append((row, envelope))
             except Exception as exc:
                 self._quarantine_row_guarded(alias, row, exc)

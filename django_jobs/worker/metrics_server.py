@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from prometheus_client import start_http_server
 
 from .. import metrics, registry
-from ..execution import Outcome
+from ..outcomes import Outcome
 
 logger = logging.getLogger("django_jobs.worker")
 

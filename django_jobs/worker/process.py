@@ -21,6 +21,7 @@ from redis.exceptions import RedisError
 
 from .. import execution, registry, stats
 from ..conf import jobs_settings
+from ..outcomes import Outcome
 from ..store import Claimed, Store, wake_key
 from .guard import ClaimBoard
 
@@ -104,24 +105,27 @@ class WorkProcess:
                     return 0
                 self._wait()
                 continue
-
-            self._post(sent)  # before anything else: from now on the lease guard watches this attempt
-
-            def arm(timeout: float, c: Claimed = claimed, sent: int = sent) -> None:
-                self._report(f"S {c.token} {c.queue} {time.monotonic() + timeout:.3f} {sent}")
-
-            outcome = self._run(store, claimed, arm)
-            self._post(0)  # the job's code is done: nothing left to kill for
-            self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
-            if outcome is execution.Outcome.SUCCESS:
-                finished = (claimed.token, claimed.queue)
-                self._report("C")  # ran; keep the lease alive until the completion lands
-            else:
-                self._report("D")
+            finished = self._attempt(store, claimed, sent)
             done += 1
             stats.flush(self.connection)
             if self.max_jobs and done >= self.max_jobs:
                 self.stopping = True
+
+    def _attempt(self, store: Store, claimed: Claimed, sent: int) -> tuple[str, str] | None:
+        """Run one claimed job under the lease guard; returns what the next claim completes."""
+        self._post(sent)  # before anything else: from now on the lease guard watches this attempt
+
+        def arm(timeout: float) -> None:
+            self._report(f"S {claimed.token} {claimed.queue} {time.monotonic() + timeout:.3f} {sent}")
+
+        outcome = self._run(store, claimed, arm)
+        self._post(0)  # the job's code is done: nothing left to kill for
+        self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
+        if outcome is Outcome.SUCCESS:
+            self._report("C")  # ran; keep the lease alive until the completion lands
+            return (claimed.token, claimed.queue)
+        self._report("D")
+        return None
 
     def _due_soon(self, store: Store) -> bool:
         """In burst mode: is a retry or delayed job of our queues due within ``burst_wait``? Then
@@ -132,7 +136,7 @@ class WorkProcess:
             return True  # cannot tell: keep trying, as the claim loop does
         return due is not None and due <= self.burst_wait
 
-    def _run(self, store: Store, claimed: Claimed, arm: Callable[[float], None]) -> execution.Outcome:
+    def _run(self, store: Store, claimed: Claimed, arm: Callable[[float], None]) -> Outcome:
         """Run one job. Whatever escapes (Redis down while settling, or a fault in the settling
         itself) costs this attempt, not the process: the lease expires and the job is retried."""
         try:
@@ -142,7 +146,7 @@ class WorkProcess:
             logger.warning("Redis unavailable while settling job %s (%s)", claimed.id, exc)
         except BaseException:
             logger.exception("Could not settle job %s; it will be retried once its lease expires", claimed.id)
-        return execution.Outcome.LOST
+        return Outcome.LOST
 
     def _wait(self) -> None:
         """Block until a wake token arrives or a second passes; the token itself carries nothing."""

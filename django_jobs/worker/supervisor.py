@@ -21,7 +21,7 @@ from django.db import connections
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, metrics, stats
+from .. import execution, metrics, outcomes, stats
 from ..conf import jobs_settings
 from ..exceptions import JobTimeout, WorkerLost
 from ..logs import redis_location
@@ -250,8 +250,7 @@ class Supervisor:
                 if slot.timed_out
                 else WorkerLost(f"The work process running the job died (pid {slot.pid}).")
             )
-            outcome = execution.settle_failure(self.store, claimed, exc)
-            execution.report_settled(outcome, claimed, exc)
+            outcomes.publish(execution.settle_failure(self.store, claimed, exc))
         except Exception as error:  # Redis down, or anything else: never fatal to runjobs
             # The lease is still in Redis: when it expires, the reaper settles the job instead.
             logger.warning(

@@ -9,16 +9,16 @@ from django.test import override_settings
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
-from django_jobs.enqueue import Envelope, push
+from django_jobs import outbox
+from django_jobs.backends.redis import push
 from django_jobs.exceptions import ConfigurationError, TransactionAmbiguous
 from django_jobs.models import OutboxEntry
 from django_jobs.store import Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
+from tests.chaos import DOWN
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
-
-DOWN = {"URL": "redis://127.0.0.1:6390/0", "SERIALIZER": "rq.serializers.JSONSerializer"}  # nothing listens
 
 
 def queued(redis_db, queue="default"):
@@ -185,10 +185,10 @@ def test_a_second_push_of_the_same_job_is_a_no_op(redis_db):
         data='["tests.record",null,["once"],{}]',
         timeout=10,
     )
-    assert push([Envelope.from_row(row)]) == {handle.id}
+    assert push([outbox.envelope(row)]) == {handle.id}
     assert queued(redis_db) == [handle.id]
     run_jobs()
-    assert push([Envelope.from_row(row)]) == {handle.id}  # the finished job's hash still guards it
+    assert push([outbox.envelope(row)]) == {handle.id}  # the finished job's hash still guards it
     assert run_jobs() == 0
     assert SideEffect.objects.count() == 1
 

@@ -1,4 +1,4 @@
-"""idempotent() and claim() on the real database: one side effect per key, released on failure."""
+"""idempotent() and claim_key() on the real database: one side effect per key, released on failure."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_jobs import claim, idempotent
+from django_jobs import claim, claim_key, idempotent
 from django_jobs.idempotency import prune
 from django_jobs.models import IdempotencyKey
 from tests.testapp.models import SideEffect
@@ -52,16 +52,16 @@ def test_nested_in_a_transaction_it_is_a_savepoint():
 
 def test_claim_is_one_statement_that_reports_whether_it_inserted(django_assert_num_queries):
     with django_assert_num_queries(1):
-        assert claim("one")
+        assert claim_key("one")
     with django_assert_num_queries(1):
-        assert not claim("one")
+        assert not claim_key("one")
 
 
 def test_bad_keys_are_refused():
     with pytest.raises(ValueError, match="1 to 255"):
-        claim("")
+        claim_key("")
     with pytest.raises(ValueError, match="1 to 255"):
-        claim("x" * 256)
+        claim_key("x" * 256)
 
 
 def test_prune_deletes_only_keys_older_than_the_retention():
@@ -100,3 +100,10 @@ def test_a_concurrent_duplicate_waits_for_the_first_holder_then_sees_it_done():
     assert results["first"] is True
     assert results["second"] is False
     assert results["waited"] >= 0.3
+
+
+@pytest.mark.django_db
+def test_the_old_name_claim_still_claims_and_warns_it_is_deprecated():
+    with pytest.warns(DeprecationWarning, match="claim_key"):
+        assert claim("old-name")
+    assert not claim_key("old-name")

@@ -19,12 +19,12 @@ from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import DYING, LEASES, LOST, Store, surrogate_id
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
+from tests.chaos import DOWN
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])  # the relay visits both
 
-DOWN = {"URL": "redis://127.0.0.1:6390/0", "SERIALIZER": "rq.serializers.JSONSerializer"}  # nothing listens
 
 
 def maintenance(redis_db, queues=("default",)):

@@ -10,8 +10,10 @@ import pytest
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from django_jobs import registry
-from django_jobs.enqueue import Envelope, Options, build, push
+from django_jobs import outbox, registry
+from django_jobs.backends.redis import push
+from django_jobs.enqueue import build
+from django_jobs.envelope import Envelope, Options
 from django_jobs.store import Claimed, Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
@@ -111,7 +113,7 @@ def assert_tombstone(redis_db, stale: Envelope, newer: Envelope) -> None:
 
 def test_the_relay_pushing_a_replaced_jobs_row_does_not_bring_it_back(redis_db):
     stale, newer = debounced("stale", age=5), debounced("newer", age=4)
-    stale.row().save()  # the on-commit push landed, and the row waits for the relay to prune it
+    outbox.row(stale).save()  # the on-commit push landed, and the row waits for the relay to prune it
     push([stale])
     push([newer])  # replaces it inside its window
     relay(redis_db)
@@ -122,7 +124,7 @@ def test_the_relay_pushing_a_replaced_jobs_row_does_not_bring_it_back(redis_db):
 @pytest.mark.parametrize("name", ["tests.debounced", "tests.debounced_before_rename"])
 def test_a_stale_row_relayed_after_its_replacement_never_runs(redis_db, name):
     stale, newer = debounced("stale", age=5, name=name), debounced("newer", age=4)
-    stale.row().save()  # its on-commit push failed: only the relay can deliver it
+    outbox.row(stale).save()  # its on-commit push failed: only the relay can deliver it
     push([newer])
     relay(redis_db)
     assert_tombstone(redis_db, stale, newer)
@@ -132,7 +134,7 @@ def test_a_stale_row_relayed_after_its_replacement_never_runs(redis_db, name):
 
 def test_a_stale_row_relayed_after_its_replacement_finished_never_runs(redis_db):
     stale, newer = debounced("stale", age=5), debounced("newer", age=4)
-    stale.row().save()
+    outbox.row(stale).save()
     push([newer])
     assert ran() == ["newer"]
     relay(redis_db)
@@ -142,7 +144,7 @@ def test_a_stale_row_relayed_after_its_replacement_finished_never_runs(redis_db)
 
 def test_a_stale_row_relayed_before_its_replacement_is_replaced(redis_db):
     stale, newer = debounced("stale", age=5), debounced("newer", age=4)
-    stale.row().save()
+    outbox.row(stale).save()
     relay(redis_db)
     push([newer])
     push([stale])  # any later push of it is a no-op

@@ -16,7 +16,7 @@ import pytest
 from django.db import connections
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.chaos import free_port, wait_port
+from tests.chaos import closed_port, free_port, wait_port
 from tests.conftest import ROOT, Runjobs
 
 OBS_SETTINGS = "tests.observability.settings"
@@ -100,7 +100,7 @@ def metered_runjobs(runjobs, tmp_path: Path) -> Callable[..., tuple[Runjobs, int
 @pytest.fixture
 def redis_down(settings) -> None:
     """Every queue points at a loopback port nothing listens on."""
-    url = f"redis://127.0.0.1:{free_port()}/0"
+    url = f"redis://127.0.0.1:{closed_port()}/0"
     settings.RQ_QUEUES = {name: {**config, "URL": url} for name, config in settings.RQ_QUEUES.items()}
 
 

@@ -1,0 +1,22 @@
+"""The "immediate" backend: run each job inline, at commit inside a transaction; what the job
+raises propagates to the code that enqueued it (or to the commit), as a test wants."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+from .. import payload, registry
+from ..envelope import Envelope
+from . import deferral
+
+
+def _run(envelopes: Sequence[Envelope]) -> None:
+    for envelope in envelopes:
+        name, args, kwargs = payload.loads(envelope.data)
+        registry.get(name).func(*args, **kwargs)
+
+
+def deliver(envelopes: Sequence[Envelope], alias: str | None, using: str | None) -> None:
+    """Run the jobs when the transaction they wait for would commit."""
+    deferral.at_commit(alias, functools.partial(_run, envelopes))

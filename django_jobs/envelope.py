@@ -1,0 +1,87 @@
+"""What moves between enqueue, the outbox and the backends: an envelope per job, the options it
+was enqueued with, and the handle the caller gets back. Below all three, so none imports another."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .store import rq_timestamp, valid_job_id
+
+Call = tuple[Sequence[Any], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """What enqueue returns: enough to find the job again."""
+
+    id: str
+    name: str
+    queue: str
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One job ready to push: the same data whether it comes from a call or an outbox row."""
+
+    id: str
+    name: str
+    queue: str
+    data: str
+    timeout: int
+    due: float
+    created_at: dt.datetime
+    unique_key: str = ""
+    debounce: float = 0.0
+    cron_run: int | None = None
+
+    def __post_init__(self) -> None:
+        # Every id is made here or read back from an outbox row: refuse one that breaks the id rule.
+        if not valid_job_id(self.id):
+            raise ValueError(
+                f"Job id {self.id[:100]!r} is not valid: letters, digits, _ and -, 1 to 64 of them."
+            )
+
+    def fields(self) -> dict[str, Any]:
+        stamp = rq_timestamp(self.created_at)
+        extra = {"dj_cron": self.cron_run} if self.cron_run is not None else {}
+        return {
+            **extra,
+            "data": self.data,
+            "created_at": stamp,
+            "enqueued_at": stamp,
+            "status": "queued",
+            "origin": self.queue,
+            "description": self.name,
+            "timeout": self.timeout,
+            "dj_attempt": 0,
+        }
+
+    def options(self) -> dict[str, Any]:
+        return {
+            key: value
+            for key, value in (
+                ("unique_key", self.unique_key),
+                ("debounce", self.debounce),
+                ("cron_run", self.cron_run),
+            )
+            if value
+        }
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to enqueue, beyond the arguments."""
+
+    delay: float = 0.0  # seconds from now
+    unique_key: str = ""  # at most one queued or running job per key
+    debounce: float = 0.0  # with unique_key: wait this long; a newer enqueue within it replaces this one
+    cron_run: int | None = None  # the CronRun this job fires
+
+    def __post_init__(self) -> None:
+        if self.debounce and not self.unique_key:
+            raise ValueError("debounce= needs unique_key=: the key says which enqueues replace each other.")
+        if self.unique_key and len(self.unique_key) > 200:
+            raise ValueError("unique_key= is at most 200 characters.")

@@ -1,0 +1,123 @@
+"""The outcome pipeline: an attempt's end is one event, handled by an ordered list of subscribers.
+
+Wherever an outcome is decided (the work process, the supervisor for a dead child, the reaper for
+an expired lease) the decider builds one :class:`AttemptEnded` and calls :func:`publish`. The
+subscribers (dead-lettering, periodic-run bookkeeping, metrics, stats, the log line) are connected
+by the app's ``ready()``, so this module and ``execution`` import none of the services above them.
+
+Each subscriber is isolated: the outcome is already decided and stored when they run, so what one
+raises (signal receivers and hooks are user code) is logged, and the next one still runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import metrics, stats
+from .logs import log_outcome
+from .policy import Verdict
+from .store import Claimed, Store
+
+logger = logging.getLogger("django_jobs.worker")
+
+
+class Outcome(enum.StrEnum):
+    """How one attempt ended; the ``outcome`` label of the job counter."""
+
+    SUCCESS = "success"
+    RETRY = "retry"
+    DEAD = "dead"
+    TIMEOUT = "timeout"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Why an attempt failed, however it failed: an exception in the job, a hard kill, a dead worker."""
+
+    exception: str
+    message: str
+    traceback: str
+    verdict: Verdict
+    reason: str
+    cause: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class AttemptEnded:
+    """One attempt's end, as every subscriber sees it. ``duration`` is None for an attempt that never
+    ran here (undecodable, or settled for a dead work process or an expired lease); ``judgement`` and
+    ``history`` are set for a failure; ``bury`` says a dead letter is due (the job is in "dying")."""
+
+    name: str
+    job_id: str
+    queue: str
+    attempt: int
+    outcome: Outcome
+    duration: float | None
+    exception: BaseException | None
+    claimed: Claimed
+    store: Store
+    judgement: Judgement | None = None
+    history: Sequence[dict[str, Any]] = field(default=())
+    bury: bool = False
+
+
+Subscriber = Callable[[AttemptEnded], object]
+
+#: (what it does, for the log line if it fails; the subscriber), in the order they run.
+_subscribers: list[tuple[str, Subscriber]] = []
+
+
+def isolated(what: str, action: Callable[[], object]) -> None:
+    """Run one bookkeeping step of an outcome already decided. Whatever it raises (signal receivers
+    and hooks are user code) is logged, never raised: it must neither crash the worker nor change,
+    or repeat, the job's outcome."""
+    try:
+        action()
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            logger.warning("%s failed; the job's outcome stands.", what, exc_info=True)
+
+
+def connect(subscribers: Sequence[tuple[str, Subscriber]]) -> None:
+    """Set the pipeline: the app's ``ready()`` connects the services before :data:`REPORTING`."""
+    _subscribers[:] = subscribers
+
+
+def publish(event: AttemptEnded) -> None:
+    """Hand ``event`` to every subscriber in order, each isolated from the others."""
+    for what, subscriber in list(_subscribers):
+        isolated(f"{what} for job {event.name} {event.job_id}", functools.partial(subscriber, event))
+
+
+def count(event: AttemptEnded) -> None:
+    """The job counter, and the duration histogram for an attempt that ran here."""
+    if event.duration is None:
+        metrics.settled(event.name, event.queue, event.outcome.value)
+    else:
+        metrics.finished(event.name, event.queue, event.outcome.value, event.duration)
+
+
+def record(event: AttemptEnded) -> None:
+    """The dashboard's hourly and daily counts."""
+    stats.record(event.name, event.outcome.value)
+
+
+def log(event: AttemptEnded) -> None:
+    """The one log line per attempt."""
+    log_outcome(event.outcome, event.name, event.claimed, event.duration or 0.0, event.exception)
+
+
+#: The subscribers every pipeline ends with, after the services' bookkeeping.
+REPORTING: tuple[tuple[str, Subscriber], ...] = (
+    ("Counting an outcome", count),
+    ("Recording an outcome", record),
+    ("Logging an outcome", log),
+)

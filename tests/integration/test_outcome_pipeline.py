@@ -1,0 +1,60 @@
+"""The outcome pipeline: each attempt's end is one event, seen by every subscriber in order, and a
+subscriber that raises neither changes the outcome nor stops the subscribers after it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from django_jobs import outcomes
+from django_jobs.models import DeadLetter
+from django_jobs.outcomes import AttemptEnded, Outcome
+from django_jobs.testing import run_jobs
+from tests.testapp import jobs
+from tests.testapp.models import SideEffect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def seen() -> Iterator[list[AttemptEnded]]:
+    """A subscriber that raises, then one that records, ahead of the pipeline the app connected."""
+    events: list[AttemptEnded] = []
+    connected = list(outcomes._subscribers)
+
+    def raises(event: AttemptEnded) -> None:
+        raise RuntimeError("a broken subscriber")
+
+    outcomes.connect([("Raising", raises), ("Recording", events.append), *connected])
+    try:
+        yield events
+    finally:
+        outcomes.connect(connected)
+
+
+def test_every_attempt_ends_in_one_event_and_the_pipeline_goes_past_a_broken_subscriber(seen):
+    ok = jobs.record.enqueue("piped")
+    dead = jobs.permanent.enqueue("piped-dead")
+    assert run_jobs() == 2
+    assert [(e.job_id, e.outcome) for e in seen] == [(ok.id, Outcome.SUCCESS), (dead.id, Outcome.DEAD)]
+    success, failure = seen
+    assert success.name == "tests.record" and success.queue == "default" and success.attempt == 1
+    assert success.duration is not None and success.exception is None and not success.bury
+    assert failure.bury and failure.judgement is not None and failure.exception is not None
+    # The subscribers after the broken one still ran: the dead letter is written.
+    assert SideEffect.objects.filter(key="piped").count() == 1
+    assert DeadLetter.objects.filter(job_id=dead.id).exists()
+
+
+def test_dead_lettering_is_a_subscriber_the_app_connects():
+    whats = [what for what, _ in outcomes._subscribers]
+    assert whats[:2] == ["Dead-lettering", "Marking a periodic run finished"]
+    dead = jobs.permanent.enqueue("unsubscribed")
+    connected = list(outcomes._subscribers)
+    outcomes.connect([s for s in connected if s[0] != "Dead-lettering"])
+    try:
+        run_jobs()
+    finally:
+        outcomes.connect(connected)
+    assert not DeadLetter.objects.filter(job_id=dead.id).exists()  # waits in "dying" for the supervisor
