@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .store import rq_timestamp, valid_job_id
+from .store import Status, rq_timestamp, valid_job_id
 
 Call = tuple[Sequence[Any], Mapping[str, Any]]
 
@@ -52,7 +52,7 @@ class Envelope:
             "data": self.data,
             "created_at": stamp,
             "enqueued_at": stamp,
-            "status": "queued",
+            "status": Status.QUEUED.value,
             "origin": self.queue,
             "description": self.name,
             "timeout": self.timeout,
