@@ -46,6 +46,17 @@ def redis_db(_redis_guard: redis.Redis) -> Iterator[redis.Redis]:
     _redis_guard.flushdb()
 
 
+@pytest.fixture
+def restore_registry() -> Iterator[None]:
+    """Jobs a test defines are forgotten after it, so they cannot clash or show up in checks."""
+    from django_jobs import registry
+
+    saved = dict(registry._registry)
+    yield
+    registry._registry.clear()
+    registry._registry.update(saved)
+
+
 @pytest.fixture(autouse=True)
 def _clear_alerts() -> None:
     from tests.testapp.alerts import ALERTED

@@ -10,6 +10,8 @@ from django.test import override_settings
 from django_jobs import job
 from django_jobs.exceptions import ConfigurationError
 
+pytestmark = pytest.mark.usefixtures("restore_registry")
+
 
 def test_a_plain_call_runs_inline_and_returns_the_value(redis_db):
     @job(name="unit.reg.add", timeout=5)

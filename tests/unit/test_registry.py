@@ -12,14 +12,7 @@ from django_jobs import RetryPolicy, job, registry
 from django_jobs.exceptions import JobNotFound, JobsError
 from tests.testapp import jobs
 
-
-@pytest.fixture(autouse=True)
-def _restore_registry():
-    """Jobs defined by a test are forgotten after it, so they cannot clash or show up in checks."""
-    saved = dict(registry._registry)
-    yield
-    registry._registry.clear()
-    registry._registry.update(saved)
+pytestmark = pytest.mark.usefixtures("restore_registry")
 
 
 def assert_not_registered(name):
