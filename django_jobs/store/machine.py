@@ -270,13 +270,13 @@ class Store:
         return list(self._due(keys=[keys.DYING], args=[older_than, limit]))
 
     def defer(self, key: str, member: bytes, seconds: float) -> None:
-        """Put one member of LOST or DYING behind the others, so a scan's head always moves on."""
+        """Put one member of LOST, DYING or VANISHED behind the others, so a scan's head always moves on."""
         self._defer(keys=[key], args=[member, seconds])
 
     def vanished(self, limit: int = 100) -> list[VanishedId]:
-        """Ids the claim found without a hash, oldest first."""
+        """Ids the claim found without a hash that are due, oldest first (a deferred one waits)."""
         found = []
-        members: list[bytes] = self.connection.zrange(keys.VANISHED, 0, limit - 1)  # type: ignore[assignment]
+        members: list[bytes] = list(self._due(keys=[keys.VANISHED], args=[0, limit]))
         for member in members:
             queue, _, job_id = text(member).partition("\n")
             found.append(VanishedId(member, queue, job_id))

@@ -31,7 +31,7 @@ from ..cron import Scheduler
 from ..envelope import Envelope
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
-from ..store import DYING, LOST, Claimed, Store, VanishedId, to_bytes, to_text, valid_job_id
+from ..store import DYING, LOST, VANISHED, Claimed, Store, VanishedId, to_bytes, to_text, valid_job_id
 from . import structure
 
 logger = logging.getLogger("django_jobs.worker")
@@ -276,8 +276,8 @@ class Maintenance:
 
     def record_vanished(self) -> None:
         """Dead-letter the ids a claim popped after their hash was gone, so no eviction is silent."""
-        for item in self.store.vanished():
-            _guarded(f"recording vanished job {item.id}", partial(self._record_vanished, item))
+        for item in self.store.vanished():  # one that fails waits behind the others, like LOST and DYING
+            self._or_defer(VANISHED, item.member, partial(self._record_vanished, item))
 
     def _record_vanished(self, item: VanishedId) -> None:
         message = (

@@ -166,3 +166,10 @@ def test_heartbeats_from_their_own_thread_keep_a_healthy_attempt_alive_until_the
         guard.stop()
         process.kill()
         process.wait()
+
+
+def test_a_vanished_id_that_failed_waits_behind_the_others_instead_of_heading_every_scan(redis_db):
+    store = Store(redis_db)
+    redis_db.zadd("djjobs:vanished", {b"default\nfirst": 1, b"default\nsecond": 2})
+    store.defer("djjobs:vanished", b"default\nfirst", 60)  # as a failed recording does
+    assert [item.id for item in store.vanished()] == ["second"]  # not retried until it is due again
