@@ -5,6 +5,8 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .context import JobContext
+from .context import current as current_job
 from .envelope import JobHandle
 from .exceptions import JobsError, PayloadError, PermanentError
 from .idempotency import claim, claim_key, idempotent
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
     from .chains import Page, chain
 
 __all__ = [
+    "JobContext",
     "JobHandle",
     "JobsError",
     "Page",
@@ -24,6 +27,7 @@ __all__ = [
     "chain",
     "claim",
     "claim_key",
+    "current_job",
     "idempotent",
     "job",
 ]

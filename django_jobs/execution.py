@@ -15,15 +15,15 @@ from typing import Any
 from django.conf import settings
 from django.db import connections, reset_queries
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.dispatch import Signal
 
 from . import metrics, payload, registry
+from .context import JobContext, running
 from .exceptions import JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
 from .logs import exception_path, exception_text, exception_traceback
 from .models import DeadLetter
-from .outcomes import AttemptEnded, Judgement, Outcome, isolated, publish
+from .outcomes import AttemptEnded, Judgement, Outcome, isolated, publish, send
 from .policy import Verdict, classify
-from .signals import job_failed, job_retrying, job_started, job_succeeded
+from .signals import job_started
 from .store import Claimed, Store
 
 logger = logging.getLogger("django_jobs.worker")
@@ -46,17 +46,6 @@ def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, A
         else (DeadLetter.Reason.EXHAUSTED if exhausted else DeadLetter.Reason.PERMANENT)
     )
     return Judgement(path, message, text, verdict, reason, exc)
-
-
-def _notify(signal: Signal, name: str, claimed: Claimed, **kwargs: Any) -> None:
-    """Send one of the job's signals. A receiver's Exception is logged and the later receivers
-    still run; a BaseException (``SystemExit``) is logged too, but ends this sending."""
-    isolated(
-        f"A receiver of a signal for job {name} {claimed.id}",
-        lambda: signal.send_robust(
-            sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt, **kwargs
-        ),
-    )
 
 
 def _history(claimed: Claimed, failed: Judgement) -> list[dict[str, Any]]:
@@ -113,8 +102,6 @@ def settle_failure(
         delay = 0.0 if isinstance(exc, WorkerLost) else definition.policy.delay(claimed.attempt)
         outcome = _retry_outcome(exc, lost)
     settled = store.fail(claimed.token, claimed.queue, delay=delay, fields=fields, lost=lost)
-    if settled and delay is not None:
-        _notify(job_retrying, known, claimed, delay=delay)
     if not settled:
         logger.warning(
             "Job %s %s: attempt %d was fenced off; another attempt owns it now.",
@@ -123,9 +110,8 @@ def settle_failure(
             claimed.attempt,
         )
     reported = name if name is not None else claimed.record.name
-    return _ended(
-        store, claimed, reported, outcome, duration, exc, failed, history, settled and delay is None
-    )
+    bury, retry_in = settled and delay is None, delay if settled else None
+    return _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in)
 
 
 def _ended(
@@ -138,10 +124,11 @@ def _ended(
     judgement: Judgement | None = None,
     history: list[dict[str, Any]] | None = None,
     bury: bool = False,
+    retry_in: float | None = None,
 ) -> AttemptEnded:
     return AttemptEnded(
         name, claimed.id, claimed.queue, claimed.attempt, outcome, duration, exc, claimed, store,
-        judgement, tuple(history or ()), bury,
+        judgement, tuple(history or ()), bury, retry_in,
     )  # fmt: skip
 
 
@@ -194,14 +181,15 @@ def queue_wait(claimed: Claimed) -> float | None:
 
 
 def _attempt(
-    definition: registry.Job[Any, Any], args: list[Any], kwargs: dict[str, Any]
+    definition: registry.Job[Any, Any], args: list[Any], kwargs: dict[str, Any], claimed: Claimed
 ) -> BaseException | None:
     """Run the job's code and return what it raised, whatever it is: ``SystemExit``,
     ``KeyboardInterrupt`` and ``GeneratorExit`` are outcomes of the job like any exception. (The
     work process's own shutdown never raises into a job: SIGTERM only sets a flag.)"""
     try:
         db_hygiene()
-        with soft_timeout(definition.timeout):
+        attempt = JobContext(claimed.id, definition.name, claimed.queue, claimed.attempt)
+        with running(attempt), soft_timeout(definition.timeout):
             definition.func(*args, **kwargs)
     except BaseException as exc:
         return exc
@@ -232,18 +220,16 @@ def run(
         return ended.outcome
     if on_start is not None:
         on_start(definition.timeout)
-    _notify(job_started, name, claimed)
+    send(job_started, name, claimed)
     isolated("Counting a start", lambda: metrics.started(name, claimed.queue, queue_wait(claimed)))
-    error = _attempt(definition, args, kwargs)
+    error = _attempt(definition, args, kwargs, claimed)
     duration = time.perf_counter() - started
     if error is None and on_return is not None:
         on_return()
     isolated("Closing the job's database connections", db_hygiene)
     if error is None:
-        _notify(job_succeeded, name, claimed, duration=duration)
         ended = _ended(store, claimed, name, Outcome.SUCCESS, duration, None)
     else:
-        _notify(job_failed, name, claimed, duration=duration, exception=error)
         ended = settle_failure(store, claimed, error, name=name, duration=duration)
     publish(ended)
     return ended.outcome

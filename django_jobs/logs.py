@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import traceback
 from typing import Any
 
@@ -59,9 +60,12 @@ def exception_traceback(exc: BaseException) -> str:
     return text
 
 
+_NEEDS_QUOTES = re.compile(r'[\s"=]')
+
+
 def _text_value(value: object) -> str:
     text = str(value)
-    if text and not any(c.isspace() or c in '"=' for c in text):
+    if text and not _NEEDS_QUOTES.search(text):
         return text
     return json.dumps(text)  # quoted and escaped: a message with spaces or newlines stays one field
 
@@ -71,6 +75,9 @@ def log_outcome(
 ) -> None:
     """Log how one attempt ended (``outcome`` is an ``outcomes.Outcome``); failures are WARNING,
     dead letters ERROR."""
+    level = _LEVELS.get(str(outcome), logging.WARNING)
+    if not logger.isEnabledFor(level):
+        return  # the line would be dropped: skip building it, on every job
     fields: dict[str, Any] = {
         "job": name,
         "job_id": claimed.id,
@@ -81,7 +88,6 @@ def log_outcome(
     }
     if exc is not None:
         fields["error"] = f"{exception_path(exc)}: {exception_text(exc)}"
-    level = _LEVELS.get(str(outcome), logging.WARNING)
     if jobs_settings.LOG_FORMAT == "json":
         line = dict(fields)
         if exc is not None:

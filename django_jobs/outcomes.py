@@ -19,9 +19,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.dispatch import Signal
+
 from . import metrics, stats
 from .logs import log_outcome
 from .policy import Verdict
+from .signals import job_failed, job_retrying, job_succeeded
 from .store import Claimed, Store
 
 logger = logging.getLogger("django_jobs.worker")
@@ -67,6 +70,7 @@ class AttemptEnded:
     judgement: Judgement | None = None
     history: Sequence[dict[str, Any]] = field(default=())
     bury: bool = False
+    retry_in: float | None = None  # seconds until the next attempt, for a failure that will retry
 
 
 Subscriber = Callable[[AttemptEnded], object]
@@ -97,6 +101,30 @@ def publish(event: AttemptEnded) -> None:
         isolated(f"{what} for job {event.name} {event.job_id}", functools.partial(subscriber, event))
 
 
+def send(signal: Signal, name: str, claimed: Claimed, **kwargs: Any) -> None:
+    """Send one of the job's signals. A receiver's Exception is logged and the later receivers
+    still run; a BaseException (``SystemExit``) is logged too, but ends this sending."""
+    if not signal.receivers:
+        return  # nobody listens: skip the call on every job
+    isolated(
+        f"A receiver of a signal for job {name} {claimed.id}",
+        lambda: signal.send_robust(
+            sender=name, job_id=claimed.id, queue=claimed.queue, attempt=claimed.attempt, **kwargs
+        ),
+    )
+
+
+def notify(event: AttemptEnded) -> None:
+    """The job's signals, wherever the outcome was decided: ``job_succeeded``, or ``job_failed``
+    and, when the job will run again, ``job_retrying``."""
+    if event.outcome is Outcome.SUCCESS:
+        send(job_succeeded, event.name, event.claimed, duration=event.duration)
+        return
+    send(job_failed, event.name, event.claimed, duration=event.duration, exception=event.exception)
+    if event.retry_in is not None:
+        send(job_retrying, event.name, event.claimed, delay=event.retry_in)
+
+
 def count(event: AttemptEnded) -> None:
     """The job counter, and the duration histogram for an attempt that ran here."""
     if event.duration is None:
@@ -117,6 +145,7 @@ def log(event: AttemptEnded) -> None:
 
 #: The subscribers every pipeline ends with, after the services' bookkeeping.
 REPORTING: tuple[tuple[str, Subscriber], ...] = (
+    ("Sending the job's signals", notify),
     ("Counting an outcome", count),
     ("Recording an outcome", record),
     ("Logging an outcome", log),

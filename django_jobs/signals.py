@@ -11,6 +11,9 @@ job_started = Signal()
 #: sender=job name; kwargs: job_id, queue, attempt, duration.
 job_succeeded = Signal()
 #: sender=job name; kwargs: job_id, queue, attempt, duration, exception (the exception instance).
+#: Sent for every failed attempt, wherever its end was decided: ``duration`` is None when it did
+#: not run in a work process (a payload that cannot be read, a hard timeout's kill, a lost worker),
+#: and ``exception`` is then ``JobTimeout`` or ``WorkerLost``.
 job_failed = Signal()
 #: sender=job name; kwargs: job_id, queue, attempt, delay (seconds until the next attempt).
 job_retrying = Signal()

@@ -12,7 +12,6 @@ failure twice) is quarantined: written as a dead letter with its raw data, then 
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import json
 import logging
@@ -253,10 +252,8 @@ class Maintenance:
             self.store.defer(LOST, member, FOREIGN_AFTER)  # the runjobs serving that queue settles it
             return
         claimed = Claimed(queue, job_id, token, record)
-        ended = execution.settle_failure(
-            store=self.store, claimed=claimed, lost=True, exc=WorkerLost("The worker running this job died.")
-        )
-        outcomes.publish(dataclasses.replace(ended, exception=None))  # no error known: the log says lost
+        lost = WorkerLost("The worker running this job died: its lease expired unrenewed.")
+        outcomes.publish(execution.settle_failure(store=self.store, claimed=claimed, lost=True, exc=lost))
 
     def _bury(self, member: bytes) -> None:
         job_id = _job_id(member)

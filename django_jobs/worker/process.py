@@ -14,7 +14,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -54,6 +54,15 @@ class WorkProcess:
     burst_wait: float = BURST_WAIT
     stopping: bool = False
     board: ClaimBoard | None = None  # where the lease guard reads the running attempt's claim time
+    _on_term: Callable[[int, object], None] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        def stop(signum: int, frame: object) -> None:
+            self.stopping = True
+
+        # A plain function, not a bound method: ``signal.signal`` formats the repr of the handler it
+        # replaces, and this dataclass's repr (its Redis client's included) would cost every job.
+        self._on_term = stop
 
     def _report(self, line: str) -> None:
         os.write(self.report_fd, line.encode() + b"\n")
@@ -62,11 +71,8 @@ class WorkProcess:
         if self.board is not None:
             self.board.post(claimed_ns)
 
-    def _stop(self, signum: int, frame: object) -> None:
-        self.stopping = True
-
     def install_signals(self) -> None:
-        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which decides
 
     def run(self) -> int:

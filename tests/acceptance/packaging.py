@@ -58,4 +58,3 @@ def build_wheel(workdir: Path) -> Path:
         cwd=workdir)  # fmt: skip
     (wheel,) = (workdir / "dist").glob("*.whl")
     return wheel
-

@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.acceptance, once_per_run]
 
-TESTS = '''
+TESTS = """
 def test_passes(runjobs):
     print("LOG", runjobs("--help").log.name)
 
@@ -23,7 +23,7 @@ def test_passes(runjobs):
 def test_fails(runjobs):
     print("LOG", runjobs("--help").log.name)
     raise AssertionError("failed on purpose")
-'''
+"""
 
 
 def test_logs_of_passing_tests_are_deleted_and_of_failing_ones_kept(tmp_path: Path):

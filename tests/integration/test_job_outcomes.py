@@ -88,3 +88,37 @@ def test_a_deeply_nested_history_is_dropped_not_fatal() -> None:
     run_jobs()
     entry = DeadLetter.objects.get(job_id=bad.id)
     assert [h["attempt"] for h in entry.history] == [1]
+
+
+def test_an_attempt_settled_outside_the_work_process_sends_job_failed_and_job_retrying(redis_db):
+    """A worker that died mid-job: the reaper decides the outcome, and receivers hear it as they
+    hear a failure raised in the job (error trackers hook job_failed)."""
+    from django_jobs.exceptions import WorkerLost
+    from django_jobs.store import LEASES, Store
+    from django_jobs.worker.maintenance import Maintenance
+
+    heard: list[tuple[str, dict[str, object]]] = []
+    for name in ("failed", "retrying"):
+        SIGNALS[name].connect(
+            lambda n=name, **kw: heard.append((n, kw)), weak=False, dispatch_uid=f"lost-{name}"
+        )
+    try:
+        handle = jobs.record.enqueue("lost")
+        _, claimed = Store(redis_db).complete_and_claim(
+            ["default"], finished=None, worker_name="dead", lease_seconds=60, nonce="n1", finished_ttl=60
+        )
+        assert claimed is not None and claimed.id == handle.id
+        redis_db.zadd(LEASES, {claimed.token: 1})  # its lease expired long ago
+        loop = Maintenance(Store(redis_db), ["default"], 0.1)
+        for _ in range(3):
+            loop.promote_and_reap()
+    finally:
+        for name in ("failed", "retrying"):
+            SIGNALS[name].disconnect(dispatch_uid=f"lost-{name}")
+    assert [n for n, _ in heard] == ["failed", "retrying"]
+    failed, retrying = heard[0][1], heard[1][1]
+    assert failed["job_id"] == handle.id and failed["duration"] is None
+    assert isinstance(failed["exception"], WorkerLost)
+    assert retrying["delay"] == 0.0  # a lost worker's job goes straight back
+    run_jobs()
+    assert done("lost") == 1

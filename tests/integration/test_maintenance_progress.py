@@ -26,7 +26,6 @@ from tests.testapp.models import SideEffect
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])  # the relay visits both
 
 
-
 def maintenance(redis_db, queues=("default",)):
     return Maintenance(Store(redis_db), list(queues), 0.1)
 

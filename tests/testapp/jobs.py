@@ -309,3 +309,15 @@ def lifeline(path: str, seconds: float) -> None:
             marks.flush()
             time.sleep(0.05)
         marks.write(f"{os.getpid()} done\n")
+
+
+@job(name="tests.note_context", timeout=10, retry=FAST)
+def note_context(key: str, failures: int = 0) -> None:
+    """Records what current_job() says, then fails its first ``failures`` attempts."""
+    from django_jobs import current_job
+
+    attempt = current_job()
+    assert attempt is not None
+    SideEffect.objects.create(key=f"{key}:{attempt.job_id}:{attempt.name}:{attempt.queue}:{attempt.attempt}")
+    if attempt.attempt <= failures:
+        raise ConnectionError("flaky upstream")

@@ -1,0 +1,39 @@
+"""The attempt running now, for the job's own code: which job, which attempt.
+
+``execution`` sets it around the job's code; a job (or a library it calls) reads it with
+:func:`current`. A ``ContextVar``, so an ``async def`` job's tasks see it too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """One attempt of one job, as its code sees it."""
+
+    job_id: str
+    name: str
+    queue: str
+    attempt: int  # 1-based: the first run is attempt 1
+
+
+_current: ContextVar[JobContext | None] = ContextVar("django_jobs_current_attempt", default=None)
+
+
+def current() -> JobContext | None:
+    """The attempt running in this context, or None outside a job."""
+    return _current.get()
+
+
+@contextlib.contextmanager
+def running(attempt: JobContext) -> Iterator[None]:
+    token = _current.set(attempt)
+    try:
+        yield
+    finally:
+        _current.reset(token)
