@@ -7,27 +7,32 @@ from typing import TYPE_CHECKING, Any
 
 from .context import JobContext
 from .context import current as current_job
-from .envelope import JobHandle
-from .exceptions import JobsError, PayloadError, PermanentError
+from .exceptions import JobDoesNotExist, JobsError, PayloadError, PermanentError, ResultError
 from .idempotency import claim, claim_key, idempotent
 from .policy import RetryPolicy
 from .registry import job
+from .results import JobError, JobHandle, JobState, get_job
 
 if TYPE_CHECKING:
     from .chains import Page, chain
 
 __all__ = [
     "JobContext",
+    "JobDoesNotExist",
+    "JobError",
     "JobHandle",
+    "JobState",
     "JobsError",
     "Page",
     "PayloadError",
     "PermanentError",
+    "ResultError",
     "RetryPolicy",
     "chain",
     "claim",
     "claim_key",
     "current_job",
+    "get_job",
     "idempotent",
     "job",
 ]

@@ -1,5 +1,5 @@
-"""What moves between enqueue, the outbox and the backends: an envelope per job, the options it
-was enqueued with, and the handle the caller gets back. Below all three, so none imports another."""
+"""What moves between enqueue, the outbox and the backends: an envelope per job and the options it
+was enqueued with. Below all three, so none imports another."""
 
 from __future__ import annotations
 
@@ -11,15 +11,6 @@ from typing import Any
 from .store import Status, rq_timestamp, valid_job_id
 
 Call = tuple[Sequence[Any], Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class JobHandle:
-    """What enqueue returns: enough to find the job again."""
-
-    id: str
-    name: str
-    queue: str
 
 
 @dataclass(frozen=True)
@@ -79,6 +70,7 @@ class Options:
     unique_key: str = ""  # at most one queued or running job per key
     debounce: float = 0.0  # with unique_key: wait this long; a newer enqueue within it replaces this one
     cron_run: int | None = None  # the CronRun this job fires
+    queue: str = ""  # another queue than the job's own
 
     def __post_init__(self) -> None:
         if self.debounce and not self.unique_key:

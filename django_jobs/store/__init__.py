@@ -16,7 +16,7 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import Claimed, Pushable, Store, VanishedId, load
+from .machine import Claimed, Finished, Pushable, Store, VanishedId, load
 from .record import (
     JOB_ID,
     JobRecord,
@@ -41,6 +41,7 @@ __all__ = [
     "QUEUES_SET",
     "VANISHED",
     "Claimed",
+    "Finished",
     "JobRecord",
     "Pushable",
     "Status",

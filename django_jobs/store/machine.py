@@ -76,6 +76,16 @@ class VanishedId:
 
 
 @dataclass(frozen=True)
+class Finished:
+    """A job that ran to success, for the next claim to complete: its lease token, its queue, and
+    its return value as JSON if its job keeps results."""
+
+    token: str
+    queue: str
+    result: str | None = None
+
+
+@dataclass(frozen=True)
 class Claimed:
     """A job this worker now holds a lease on; ``record`` is its hash as the claim found it."""
 
@@ -183,7 +193,7 @@ class Store:
         self,
         queues: Sequence[str],
         *,
-        finished: tuple[str, str] | None,
+        finished: Finished | None,
         worker_name: str,
         lease_seconds: float,
         nonce: str,
@@ -191,20 +201,21 @@ class Store:
         limits: str = "{}",
         limit_wait: float = 0.5,
     ) -> tuple[bool, Claimed | None]:
-        """Finish ``(token, queue)`` if given, then claim the next job, in one round trip.
+        """Complete ``finished`` if given, then claim the next job, in one round trip.
 
         ``limits`` is the JSON of ``registry.limits_json``; a job over its limit is deferred, not claimed.
         """
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         layout, limit_arg = _claim_layout(tuple(queues), limits)
-        token, done_queue = finished or ("", "")
-        done = [keys.wip_key(done_queue), keys.job_key(split_token(token))] if token else []
+        token = finished.token if finished else ""
+        done = [keys.wip_key(finished.queue), keys.job_key(split_token(token))] if finished else []
+        result = (finished.result or "") if finished else ""
         args: list[str | float] = [token, len(queues), stamp, finished_ttl, worker_name, lease_seconds, stamp]
-        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, *queues]
+        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, *queues, result]
         reply = self._complete_and_claim(keys=layout + done, args=args + tail)
         ok = bool(reply[0])
         while len(reply) == 2:  # it deferred a batch of limited jobs: look behind them
-            reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail])
+            reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail[:-1], ""])
         if len(reply) == 1:
             return ok, None
         number, job_id, token_b, flat = reply[1:]
@@ -213,10 +224,10 @@ class Store:
         record = JobRecord(job_id.decode(), fields)
         return ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record)
 
-    def complete(self, token: str, queue: str, finished_ttl: int) -> bool:
+    def complete(self, finished: Finished, finished_ttl: int) -> bool:
         """Mark one attempt finished, claiming nothing (the hot path completes inside the next claim)."""
         ok, _ = self.complete_and_claim(
-            [], finished=(token, queue), worker_name="", lease_seconds=0, nonce="", finished_ttl=finished_ttl
+            [], finished=finished, worker_name="", lease_seconds=0, nonce="", finished_ttl=finished_ttl
         )
         return ok
 

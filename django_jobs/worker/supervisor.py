@@ -25,7 +25,7 @@ from .. import execution, metrics, outcomes, stats
 from ..conf import jobs_settings
 from ..exceptions import JobTimeout, WorkerLost
 from ..logs import redis_location
-from ..store import Claimed, Store, keys, rq_timestamp, split_token
+from ..store import Claimed, Finished, Store, keys, rq_timestamp, split_token
 from .guard import ClaimBoard, Heartbeat, LeaseGuard
 from .maintenance import Maintenance
 from .process import BURST_WAIT, WorkProcess, die_with_parent
@@ -241,7 +241,8 @@ class Supervisor:
                 self.store.release(slot.token, slot.queue)
                 return
             if slot.deadline is None or slot.returned:  # it succeeded; only the completion was missing
-                self.store.complete(slot.token, slot.queue, jobs_settings.FINISHED_TTL)
+                # the return value died with the process: the job is finished without its result
+                self.store.complete(Finished(slot.token, slot.queue), jobs_settings.FINISHED_TTL)
                 return
             job_id = split_token(slot.token)
             claimed = Claimed(slot.queue, job_id, slot.token, self.store.record(job_id))
