@@ -161,6 +161,7 @@ class Store:
         self._buried = load(connection, "buried")
         self._due = load(connection, "due")
         self._defer = load(connection, "defer")
+        self._move_aside = load(connection, "move_aside")
 
     @classmethod
     def of(cls, connection: Redis) -> Store:
@@ -283,6 +284,11 @@ class Store:
     def defer(self, key: str, member: bytes, seconds: float) -> None:
         """Put one member of LOST, DYING or VANISHED behind the others, so a scan's head always moves on."""
         self._defer(keys=[key], args=[member, seconds])
+
+    def move_aside(self, key: str, moved: str, kind: str) -> bool:
+        """Rename a structure key to ``moved`` (see ``keys.quarantine_key``) if it still has the wrong
+        type ``kind``; False if someone fixed it meanwhile."""
+        return bool(self._move_aside(keys=[key, moved], args=[kind]))
 
     def vanished(self, limit: int = 100) -> list[VanishedId]:
         """Ids the claim found without a hash that are due, oldest first (a deferred one waits)."""
