@@ -48,6 +48,7 @@ class JobState:
     last_attempted_at: dt.datetime | None
     finished_at: dt.datetime | None
     worker_ids: tuple[str, ...]
+    due_at: dt.datetime | None = None  # when a scheduled job (a retry, a delayed job) is due
 
     @property
     def finished(self) -> bool:
@@ -58,7 +59,7 @@ class JobState:
         return self.status is Status.FINISHED
 
     @classmethod
-    def from_record(cls, record: JobRecord) -> JobState:
+    def from_record(cls, record: JobRecord, due: float | None = None) -> JobState:
         try:
             _, args, kwargs = payload.loads(record.data)
         except PayloadError:
@@ -78,6 +79,7 @@ class JobState:
             last_attempted_at=record.time("started_at"),
             finished_at=record.time("ended_at") if record.status in _ENDED else None,
             worker_ids=tuple(w for w in record.text("dj_workers").split("\n") if w),
+            due_at=dt.datetime.fromtimestamp(due, dt.UTC) if due is not None else None,
         )
 
 
@@ -130,7 +132,8 @@ def get_job(job_id: str, *, queue: str | None = None) -> JobState:
     for store in _stores(queue):
         record = store.record(job_id)
         if record.exists:
-            return JobState.from_record(record)
+            due = store.due_at(job_id, record.queue) if record.status is Status.SCHEDULED else None
+            return JobState.from_record(record, due)
     raise JobDoesNotExist(
         f"No job {job_id} exists: the id is unknown, or the job ended more than "
         "JOBS['FINISHED_TTL'] seconds ago and its record was removed."

@@ -321,6 +321,11 @@ class Store:
         except ResponseError as exc:  # not a hash: keep what Redis says about it
             return JobRecord.unreadable(name, str(exc))
 
+    def due_at(self, job_id: str, queue: str) -> float | None:
+        """When a scheduled job (a retry, a delayed or a limit-deferred job) is due, Unix time."""
+        score = self.connection.zscore(keys.scheduled_key(queue), job_id)
+        return float(score) if score is not None else None
+
     def job_fields(self, job_id: str | bytes) -> dict[str, bytes]:
         """The job hash; field names that are not UTF-8 come back as :func:`to_text` strings."""
         key = keys.JOB_PREFIX.encode() + job_id if isinstance(job_id, bytes) else keys.job_key(job_id)
