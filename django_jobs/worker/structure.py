@@ -90,4 +90,3 @@ def _quarantine_key(connection: Redis, key: str, kind: str, want: str) -> None:
     fields = {"moved_to": moved.encode(), "type": kind.encode()}
     deadletter.quarantine(failure, fields, source="redis key", member=key.encode())
     Store.of(connection).move_aside(key, moved, kind)
-
