@@ -299,9 +299,10 @@ def _durability_problems(given: dict[str, Any]) -> list[Problem]:
         if level not in LEVELS
     ]
     found += _choice_problem(given, "DEFAULT_DURABILITY", LEVELS, Problem("django_jobs.E015", "", hint))
+    used = REPLICATED in (given.get("DEFAULT_DURABILITY", FAST), *levels.values())
     timeout, socket_timeout = (given.get(k, DEFAULTS[k]) for k in ("REPLICA_TIMEOUT", "REDIS_SOCKET_TIMEOUT"))
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (timeout, socket_timeout))
-    if numbers and not timeout < min(socket_timeout, MAX_REPLICA_TIMEOUT + 1e-9):
+    if used and numbers and not timeout < min(socket_timeout, MAX_REPLICA_TIMEOUT + 1e-9):
         msg = f"JOBS['REPLICA_TIMEOUT'] is {timeout!r}: a push must not wait that long for its replicas."
         hint = (
             f"Keep it at most {MAX_REPLICA_TIMEOUT:g} s and below REDIS_SOCKET_TIMEOUT ({socket_timeout!r})."

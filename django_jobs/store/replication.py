@@ -38,9 +38,12 @@ def push_confirmed(store: Store, jobs: Iterable[Pushable], replicas: int, timeou
         with store.connection.pipeline(transaction=False) as pipe:
             for call_keys, data in calls:
                 pipe.evalsha(script.sha, len(call_keys), *call_keys, data, *args)
+            # A push of a job already there writes nothing, and WAIT waits only for this connection's
+            # last write: this one makes it cover everything the primary has acknowledged so far.
+            pipe.incr(keys.REPLICATION_MARK)
             pipe.wait(replicas, max(1, int(timeout * 1000)))
             try:
-                *results, acked = pipe.execute()
+                *results, _, acked = pipe.execute()
             except NoScriptError:  # a new primary (failover, restart) that has not seen the script
                 if not retry:
                     raise
