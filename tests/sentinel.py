@@ -120,8 +120,10 @@ class SentinelSetup:
         self._server(self.replica_port, "--replicaof", "127.0.0.1", str(self.link.port))
         self._wait(lambda: self.client(self.replica_port).info("replication")["master_link_status"] == "up")
 
-    def rejoin(self) -> None:
-        """Bring the killed primary back as the new primary's lagging replica, for the next failover."""
+    def rejoin(self, lag: float | None = None) -> None:
+        """Bring the killed primary back as the new primary's replica (lagging ``lag`` seconds, by
+        default as much as the first), ready for the next failover."""
+        self.lag = self.lag if lag is None else lag
         self.primary_port, self.replica_port = self.replica_port, self.primary_port
         self._replica()
         self._wait(self._replica_known)

@@ -23,7 +23,6 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from django.db import connections, router
 from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -31,6 +30,7 @@ from redis.exceptions import RedisError
 from .. import metrics
 from ..conf import LEDGER, jobs_settings
 from ..connections import get_connection, queue_configs
+from ..durability import ledger_queues, outbox_aliases
 from ..models import DeadLetter, OutboxEntry
 from ..store import Status, Store
 from ..store.replication import note_primary, read_primary
@@ -47,15 +47,6 @@ SETTLE_BATCHES = 20
 WATCH_LIMIT = 100_000
 #: A sweep waits at least this many times its own duration before the next one.
 SWEEP_DUTY = 10
-
-
-def ledger_queues() -> list[str]:
-    """The queues of ``RQ_QUEUES`` whose jobs keep a ledger row."""
-    return [queue for queue in queue_configs() if jobs_settings.durability(queue) == LEDGER]
-
-
-def _aliases() -> list[str]:
-    return [alias for alias in connections if router.allow_migrate_model(alias, OutboxEntry)]
 
 
 def _chunks(items: Sequence[str], size: int = 900) -> Iterable[Sequence[str]]:
@@ -131,7 +122,7 @@ class Ledger:
         if not queues:
             return
         cutoff = timezone.now() - dt.timedelta(seconds=1)  # fresh rows are still being pushed
-        for alias in _aliases():
+        for alias in outbox_aliases():
             self._sweep(alias, queues, cutoff)
 
     def _sweep(self, alias: str, queues: list[str], cutoff: dt.datetime) -> None:
@@ -197,7 +188,7 @@ def _delete(done: Iterable[str], queues: dict[str, str]) -> None:
     ids = sorted(done)
     if not ids:
         return
-    for alias in _aliases():
+    for alias in outbox_aliases():
         for chunk in _chunks(ids):
             OutboxEntry.objects.using(alias).filter(pk__in=chunk).delete()
     for queue, count in Counter(queues.get(job_id, "") for job_id in ids).items():

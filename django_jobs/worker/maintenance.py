@@ -28,12 +28,13 @@ from ..backends import redis as redis_backend
 from ..conf import LEDGER, jobs_settings
 from ..connections import connection_identity, get_connection
 from ..cron import Scheduler
+from ..durability import ledger_queues
 from ..envelope import Envelope
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
 from ..store import DYING, LOST, VANISHED, Claimed, Store, VanishedId, to_bytes, to_text, valid_job_id
 from . import structure
-from .ledger import Ledger, ledger_queues
+from .ledger import Ledger
 
 logger = logging.getLogger("django_jobs.worker")
 
