@@ -63,6 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated throughput runs (default all: runjobs_c1, runjobs_c2, rqworker, rqworker_pool, "
         "simpleworker, runjobs_c2_write, runjobs_c2_result)",
     )
+    parser.add_argument(
+        "--durability",
+        help="comma-separated levels (fast, replicated, ledger): instead of the sections, measure "
+        "runjobs c=2 throughput and enqueue cost at each level, side by side",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw results to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args(argv)
@@ -321,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
             "memory": bench.memory,
         }
         failed = bench.failures  # single runs that failed land here too
+        if args.durability:
+            return by_level(bench, env, args.durability.split(","), redis, workdir)
         for section in sections:
             log(section.capitalize())
             try:
@@ -341,6 +348,23 @@ def main(argv: list[str] | None = None) -> int:
             log(f"Kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def by_level(bench: Any, env: dict[str, str], levels: list[str], redis: PrivateRedis, workdir: Path) -> int:
+    """``--durability``: the throughput and enqueue measures at each level, one table."""
+    from . import durability
+
+    unknown = set(levels) - set(durability.LEVELS)
+    if unknown:
+        raise SystemExit(f"unknown level(s): {', '.join(sorted(unknown))}")
+    replica = durability.replica_of(redis, workdir) if "replicated" in levels else None
+    try:
+        out = durability.compare(bench, env, levels, log)
+    finally:
+        if replica is not None:
+            replica.stop()
+    print(durability.render(out, bench.sizes))
+    return 1 if bench.failures else 0
 
 
 if __name__ == "__main__":

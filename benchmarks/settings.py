@@ -72,6 +72,8 @@ RQ_QUEUES = {"default": {"URL": REDIS_URL, "SERIALIZER": "rq.serializers.JSONSer
 
 # django_jobs' defaults, except that dead letters are only logged (and ``--lease-seconds``).
 JOBS: dict[str, Any] = {"ALERT_HOOKS": []}
+if os.environ.get("BENCH_DURABILITY"):
+    JOBS["DEFAULT_DURABILITY"] = os.environ["BENCH_DURABILITY"]
 if os.environ.get("BENCH_LEASE_SECONDS"):
     JOBS["LEASE_SECONDS"] = float(os.environ["BENCH_LEASE_SECONDS"])
 

@@ -103,7 +103,22 @@ def _queue_problems() -> list[CheckMessage]:
                     id="django_jobs.E004",
                 )
             )
-    return problems
+    return [*problems, *_durability_queue_problems(queues)]
+
+
+def _durability_queue_problems(queues: dict[str, Any]) -> list[CheckMessage]:
+    """A level for a queue RQ_QUEUES does not define (a typo would leave the real one at the default)."""
+    given = getattr(settings, "JOBS", None)
+    levels = given.get("DURABILITY", {}) if isinstance(given, dict) else {}
+    return [
+        Error(
+            f"JOBS['DURABILITY'] names queue {name!r}, which is not in RQ_QUEUES.",
+            hint=f"Use one of {', '.join(sorted(queues))}.",
+            id="django_jobs.E016",
+        )
+        for name in (levels if isinstance(levels, dict) else {})
+        if name not in queues
+    ]
 
 
 def _jobs_setting_problems() -> list[CheckMessage]:

@@ -29,7 +29,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from redis.exceptions import RedisError
 
-from . import cron, inspect
+from . import cron, durability, inspect
+from .conf import jobs_settings
 from .connections import queue_configs
 from .models import DeadLetter, OutboxEntry
 
@@ -73,7 +74,7 @@ class JobsCollector:
                 overdue.add_metric([name], count)
         except DatabaseError as exc:
             logger.warning("Dead-letter and outbox gauges left out of this scrape: %s", exc)
-        return families
+        return [*families, *durability_families()]
 
     @staticmethod
     def _families() -> list[GaugeMetricFamily]:
@@ -115,6 +116,59 @@ class JobsCollector:
         ]
 
 
+def durability_families() -> list[GaugeMetricFamily]:
+    """Each queue's level, its ledger rows, and its Redis' replicas, lag and last primary change."""
+    level = GaugeMetricFamily(
+        "django_jobs_queue_durability", "1 for the durability level of each queue.", labels=["queue", "level"]
+    )
+    pending = GaugeMetricFamily(
+        "django_jobs_ledger_pending", "Ledger rows whose job has not finished yet.", labels=["queue"]
+    )
+    oldest = GaugeMetricFamily(
+        "django_jobs_ledger_oldest_age_seconds",
+        "Seconds since the oldest pending ledger row's job was due (0 when none is).",
+        labels=["queue"],
+    )
+    replicas, lag, changed = _replication_families()
+    for queue in sorted(queue_configs()):
+        level.add_metric([queue, jobs_settings.durability(queue)], 1)
+    try:
+        for state in durability.ledger():
+            pending.add_metric([state.queue], state.pending)
+            oldest.add_metric([state.queue], state.oldest_age)
+    except DatabaseError as exc:
+        logger.warning("Ledger gauges left out of this scrape: %s", exc)
+    try:
+        for names, primary in durability.replication(sorted(queue_configs())):
+            for queue in names:
+                replicas.add_metric([queue], primary.replicas)
+                if primary.lag is not None:
+                    lag.add_metric([queue], primary.lag)
+                if primary.changed_at is not None:
+                    changed.add_metric([queue], primary.changed_at)
+    except RedisError as exc:
+        logger.warning("Replication gauges left out of this scrape: Redis did not answer (%s)", exc)
+    return [level, pending, oldest, replicas, lag, changed]
+
+
+def _replication_families() -> list[GaugeMetricFamily]:
+    return [
+        GaugeMetricFamily(
+            "django_jobs_redis_replicas", "Replicas connected to the queue's Redis primary.", labels=["queue"]
+        ),
+        GaugeMetricFamily(
+            "django_jobs_redis_replica_lag_seconds",
+            "Seconds since the slowest replica of the queue's Redis last acknowledged the stream.",
+            labels=["queue"],
+        ),
+        GaugeMetricFamily(
+            "django_jobs_redis_primary_changed_timestamp_seconds",
+            "When runjobs last saw the queue's Redis primary change (failover or restart), Unix time.",
+            labels=["queue"],
+        ),
+    ]
+
+
 #: Dead-letter reasons that mean an item was set aside unrun, not that a job failed.
 QUARANTINE_REASONS = (DeadLetter.Reason.UNREADABLE, DeadLetter.Reason.VANISHED)
 
@@ -132,11 +186,14 @@ def dead_letter_counts() -> tuple[Counter[tuple[str, str]], dict[str, int]]:
 
 
 def _outbox() -> tuple[int, dt.datetime | None]:
-    """Rows in the outbox of every database that has one, and the oldest row's creation time."""
+    """Rows in the outbox of every database that has one (ledger rows apart: they wait for their
+    job to finish, see the ledger gauges), and the oldest row's creation time."""
     count, oldest = 0, None
+    ledger = durability.ledger_queues()
     for alias in connections:
         if router.allow_migrate_model(alias, OutboxEntry):
-            row = OutboxEntry.objects.using(alias).aggregate(n=Count("pk"), oldest=Min("created_at"))
+            rows = OutboxEntry.objects.using(alias).exclude(queue__in=ledger)
+            row = rows.aggregate(n=Count("pk"), oldest=Min("created_at"))
             count += row["n"]
             if row["oldest"] is not None and (oldest is None or row["oldest"] < oldest):
                 oldest = row["oldest"]

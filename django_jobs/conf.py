@@ -22,6 +22,11 @@ if TYPE_CHECKING:
 
 MODES = ("queue", "immediate", "capture")
 LOG_FORMATS = ("text", "json")
+#: Durability levels of a queue's enqueues, weakest first (README "Durability").
+FAST, REPLICATED, LEDGER = "fast", "replicated", "ledger"
+LEVELS = (FAST, REPLICATED, LEDGER)
+#: Bounds of the replicated level: a push never waits longer than this for its replicas.
+MAX_REPLICA_TIMEOUT = 5.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,22 @@ class JobsSettings:
     # runjobs refuses to start on a Redis that evicts keys when full (maxmemory-policy other than
     # noeviction, with maxmemory set): evicted jobs vanish. True starts it anyway, with a warning.
     ALLOW_EVICTION: bool = False
+    # The durability level of each queue's enqueues ("fast", "replicated" or "ledger"); queues not
+    # listed get DEFAULT_DURABILITY. See README "Durability".
+    DURABILITY: dict[str, str] = field(default_factory=dict)
+    DEFAULT_DURABILITY: str = FAST
+    # "replicated": a push returns once Redis' WAIT confirms this many replicas have it ...
+    REPLICAS: int = 1
+    # ... or after this many seconds (at most MAX_REPLICA_TIMEOUT, below REDIS_SOCKET_TIMEOUT); then the
+    # job keeps an outbox row, which the relay re-pushes and prunes only once replicas confirm it.
+    REPLICA_TIMEOUT: float = 0.5
+    # Seconds between the ledger's full reconciliations (each one costs O(pending ledger rows)); one also
+    # runs as soon as runjobs sees its Redis primary change.
+    LEDGER_SWEEP_INTERVAL: float = 10
+
+    def durability(self, queue: str) -> str:
+        """The durability level of ``queue``'s enqueues."""
+        return self.DURABILITY.get(queue, self.DEFAULT_DURABILITY)
 
     def default_retry(self) -> RetryPolicy:
         """The policy of every job that passes no ``retry=``; raises ValueError or TypeError if malformed."""
@@ -98,8 +119,8 @@ def _module_paths(modules: Any) -> list[str]:
 
 #: How a given value becomes the field's type; fields not listed keep the value as given.
 _COERCE: dict[str, Callable[[Any], Any]] = {
-    **{name: type(DEFAULTS[name]) for name in (*NUMERIC, "MODE", "LOG_FORMAT")},
-    **{name: type(DEFAULTS[name]) for name in ("DEFAULT_RETRY", "ALERT_HOOKS", "CRON")},
+    **{name: type(DEFAULTS[name]) for name in (*NUMERIC, "MODE", "LOG_FORMAT", "DEFAULT_DURABILITY")},
+    **{name: type(DEFAULTS[name]) for name in ("DEFAULT_RETRY", "ALERT_HOOKS", "CRON", "DURABILITY")},
     "IMPORT_MODULES": _module_paths,
     "ALLOW_EVICTION": bool,
 }
@@ -158,6 +179,9 @@ class _Live:
     def default_retry(self) -> RetryPolicy:
         return self.current().default_retry()
 
+    def durability(self, queue: str) -> str:
+        return self.current().durability(queue)
+
 
 def _reader(name: str) -> property:
     def read(live: _Live) -> Any:
@@ -197,6 +221,7 @@ def problems() -> list[Problem]:
             given, "LOG_FORMAT", LOG_FORMATS, Problem("django_jobs.E010", "", 'Use "text" or "json".')
         ),
         *_cron_shape_problems(given),
+        *_durability_problems(given),
         *_unreadable(given),
     ]
 
@@ -245,7 +270,7 @@ def _numeric_problems(given: dict[str, Any]) -> list[Problem]:
 def _unreadable(given: dict[str, Any]) -> list[Problem]:
     """Values the settings object refuses to read that no check above names more precisely."""
     _, errors = build(given)
-    covered = {*NUMERIC, "DEFAULT_RETRY", "CRON"}
+    covered = {*NUMERIC, "DEFAULT_RETRY", "CRON", "DURABILITY"}
     return [
         Problem(
             "django_jobs.E014", f"JOBS[{key!r}] cannot be read: {exc}", f"The default is {DEFAULTS[key]!r}."
@@ -260,3 +285,32 @@ def _cron_shape_problems(given: dict[str, Any]) -> list[Problem]:
         return []
     hint = "{job name: cron expression or None}"
     return [Problem("django_jobs.E011", "JOBS['CRON'] must be a dict.", hint)]
+
+
+def _durability_problems(given: dict[str, Any]) -> list[Problem]:
+    """An unknown level, or a replica wait that could outlast a request's Redis socket timeout."""
+    levels = given.get("DURABILITY", {})
+    if not isinstance(levels, dict):
+        return [Problem("django_jobs.E015", "JOBS['DURABILITY'] must be a dict.", "{queue: level}")]
+    hint = f"Use one of {', '.join(LEVELS)}."
+    found = [
+        Problem("django_jobs.E015", f"JOBS['DURABILITY'][{queue!r}] is {level!r}.", hint)
+        for queue, level in levels.items()
+        if level not in LEVELS
+    ]
+    found += _choice_problem(given, "DEFAULT_DURABILITY", LEVELS, Problem("django_jobs.E015", "", hint))
+    used = REPLICATED in (given.get("DEFAULT_DURABILITY", FAST), *levels.values())
+    timeout, socket_timeout = (given.get(k, DEFAULTS[k]) for k in ("REPLICA_TIMEOUT", "REDIS_SOCKET_TIMEOUT"))
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (timeout, socket_timeout))
+    if used and numbers and not timeout < min(socket_timeout, MAX_REPLICA_TIMEOUT + 1e-9):
+        msg = f"JOBS['REPLICA_TIMEOUT'] is {timeout!r}: a push must not wait that long for its replicas."
+        hint = (
+            f"Keep it at most {MAX_REPLICA_TIMEOUT:g} s and below REDIS_SOCKET_TIMEOUT ({socket_timeout!r})."
+        )
+        found.append(Problem("django_jobs.E017", msg, hint))
+    replicas = given.get("REPLICAS", DEFAULTS["REPLICAS"])
+    if isinstance(replicas, float) and not replicas.is_integer():
+        found.append(
+            Problem("django_jobs.E009", "JOBS['REPLICAS'] must be a whole number.", "The default is 1.")
+        )
+    return found

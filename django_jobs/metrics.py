@@ -54,7 +54,31 @@ VANISHED = Counter(
     "Job ids popped from a queue whose hash was gone (evicted or deleted), dead-lettered as vanished.",
     ["queue"],
 )
-_ALL = (JOBS_TOTAL, DURATION, QUEUE_WAIT, BUSY, FENCED, VANISHED)
+UNREPLICATED = Counter(
+    "django_jobs_unreplicated_pushes",
+    'Jobs of "replicated" queues whose push no enough replicas confirmed within REPLICA_TIMEOUT: they '
+    "keep an outbox row that the relay re-pushes until replicas confirm it.",
+    ["queue"],
+)
+LEDGER_REPUSHED = Counter(
+    "django_jobs_ledger_repushed",
+    "Ledger jobs that were missing from Redis (a failover, a restart, a failed push) and were pushed again.",
+    ["queue"],
+)
+LEDGER_SETTLED = Counter(
+    "django_jobs_ledger_settled", "Ledger rows removed because their job finished.", ["queue"]
+)
+_ALL = (
+    JOBS_TOTAL,
+    DURATION,
+    QUEUE_WAIT,
+    BUSY,
+    FENCED,
+    VANISHED,
+    UNREPLICATED,
+    LEDGER_REPUSHED,
+    LEDGER_SETTLED,
+)
 #: Counters, histograms and summaries add up across processes, so dead processes' files can be merged.
 _ADDITIVE = ("counter", "histogram", "summary")
 
@@ -90,6 +114,15 @@ def vanished(queue: str) -> None:
     VANISHED.labels(queue).inc()
 
 
+def unreplicated(queue: str, count: int) -> None:
+    UNREPLICATED.labels(queue).inc(count)
+
+
+def ledger(queue: str, *, repushed: int = 0, settled: int = 0) -> None:
+    LEDGER_REPUSHED.labels(queue).inc(repushed)
+    LEDGER_SETTLED.labels(queue).inc(settled)
+
+
 def use_multiprocess(directory: str) -> None:
     """Keep this process's values, and those of processes it forks later, in ``directory``.
 
@@ -111,6 +144,9 @@ def initialise(queues: Sequence[str], jobs: Iterable[tuple[str, str]], outcomes:
     for queue in queues:
         BUSY.labels(queue).set(0)
         VANISHED.labels(queue)
+        UNREPLICATED.labels(queue)
+        LEDGER_REPUSHED.labels(queue)
+        LEDGER_SETTLED.labels(queue)
         for reason in FENCE_REASONS:
             FENCED.labels(queue, reason)
     for job, queue in jobs:

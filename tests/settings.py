@@ -78,9 +78,13 @@ else:
 DATABASES = {"default": _default} if _test_name else {"default": _default, "other": _other}
 
 REDIS_URL = os.environ.get("JOBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+_REDIS: dict[str, Any] = {"URL": REDIS_URL}
+if os.environ.get("JOBS_TEST_SENTINELS"):  # [[host, port], ...]: the failover tests' sentinels
+    _REDIS = {"SENTINELS": [tuple(s) for s in json.loads(os.environ["JOBS_TEST_SENTINELS"])],
+              "MASTER_NAME": os.environ.get("JOBS_TEST_MASTER_NAME", "jobs"), "DB": 0}  # fmt: skip
 RQ_QUEUES = {
-    "default": {"URL": REDIS_URL, "SERIALIZER": "rq.serializers.JSONSerializer"},
-    "emails": {"URL": REDIS_URL, "SERIALIZER": "rq.serializers.JSONSerializer"},
+    "default": {**_REDIS, "SERIALIZER": "rq.serializers.JSONSerializer"},
+    "emails": {**_REDIS, "SERIALIZER": "rq.serializers.JSONSerializer"},
 }
 JOBS = {
     "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins", "tests.testapp.alerts.remember"],
@@ -91,6 +95,8 @@ JOBS = {
     # Periodic jobs are off unless a test switches them on (through its runjobs' environment).
     "CRON": json.loads(os.environ.get("JOBS_TEST_CRON", '{"tests.hourly": null}')),
     "ALLOW_EVICTION": os.environ.get("JOBS_TEST_ALLOW_EVICTION") == "1",
+    "DEFAULT_DURABILITY": os.environ.get("JOBS_TEST_DURABILITY", "fast"),
+    "LEDGER_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_LEDGER_SWEEP", "10")),
 }
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 # Django 6.0 takes plain addresses and deprecates (name, address) pairs; 5.2 takes only pairs.

@@ -7,6 +7,10 @@
   rows with it) are pushed in one pipeline; on rollback nothing exists to push. Delivered rows
   are pruned later by the relay, in bulk, so a request pays no second commit.
 * Pushing is idempotent: a job whose hash already exists in Redis is not pushed again.
+* Durability (``JOBS["DURABILITY"]``, per queue): a "replicated" push waits for Redis' ``WAIT``; one
+  no enough replicas confirmed in time keeps an outbox row, which the relay re-pushes and prunes only
+  once replicas confirm it. A "ledger" job's row is written even outside a transaction, before the
+  push, and lives until the job has finished (see ``worker.ledger``).
 """
 
 from __future__ import annotations
@@ -14,28 +18,59 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from redis.exceptions import RedisError
 
-from .. import outbox
+from .. import metrics, outbox
+from ..conf import LEDGER, REPLICATED, jobs_settings
 from ..connections import get_connection
 from ..envelope import Envelope
 from ..store import Store
+from ..store.replication import push_confirmed
 
 logger = logging.getLogger("django_jobs.enqueue")
 
 
-def push(envelopes: Sequence[Envelope]) -> set[str]:
-    """Push envelopes to Redis, grouped by connection; returns the ids that were already there."""
+@dataclass(frozen=True)
+class Pushed:
+    """What a push did: ids that were already there (or duplicates), and the jobs of "replicated"
+    queues that no enough replicas confirmed within ``REPLICA_TIMEOUT``."""
+
+    seen: set[str]
+    unconfirmed: list[Envelope]
+
+
+def push(envelopes: Sequence[Envelope]) -> Pushed:
+    """Push envelopes to Redis, one round trip per queue, each at its queue's durability level."""
     seen: set[str] = set()
+    unconfirmed: list[Envelope] = []
     by_queue: dict[str, list[Envelope]] = {}
     for envelope in envelopes:
         by_queue.setdefault(envelope.queue, []).append(envelope)
     for queue, group in by_queue.items():
-        seen |= Store.of(get_connection(queue)).push(group)
-    return seen
+        store = Store.of(get_connection(queue))
+        if jobs_settings.durability(queue) != REPLICATED:
+            seen |= store.push(group)
+            continue
+        confirmed = push_confirmed(store, group, jobs_settings.REPLICAS, jobs_settings.REPLICA_TIMEOUT)
+        seen |= confirmed.seen
+        if confirmed.replicas < jobs_settings.REPLICAS:
+            unconfirmed += group
+            metrics.unreplicated(queue, len(group))
+            logger.warning(
+                "%d job(s) of queue %s reached %d of %d replica(s) within %g s; they keep an outbox row "
+                "until replicas confirm them.",
+                len(group), queue, confirmed.replicas, jobs_settings.REPLICAS, jobs_settings.REPLICA_TIMEOUT,
+            )  # fmt: skip
+    return Pushed(seen, unconfirmed)
+
+
+def ledger(envelopes: Sequence[Envelope]) -> list[Envelope]:
+    """The envelopes whose queue keeps a ledger row until the job has finished."""
+    return [e for e in envelopes if jobs_settings.durability(e.queue) == LEDGER]
 
 
 def _flush(conn: BaseDatabaseWrapper) -> None:
@@ -69,11 +104,23 @@ def _write_outbox(alias: str, envelopes: list[Envelope]) -> None:
 
 
 def _push_or_store(envelopes: list[Envelope], alias: str) -> None:
+    """Push now; the outbox keeps what Redis did not take or replicas did not confirm.
+
+    A ledger job's row is written first, so a push acknowledged and then lost in a failover still
+    has its row: that is the point of the level, and it costs one INSERT per call.
+    """
+    kept = ledger(envelopes)
+    if kept:
+        outbox.store(alias, kept)
     try:
-        push(envelopes)
+        pushed = push(envelopes)
     except RedisError:
         logger.warning("Redis is unreachable; %d job(s) go to the outbox.", len(envelopes), exc_info=True)
-        outbox.store(alias, envelopes)
+        ids = {e.id for e in kept}
+        outbox.store(alias, [e for e in envelopes if e.id not in ids])
+        return
+    if pushed.unconfirmed:
+        outbox.store(alias, pushed.unconfirmed)
 
 
 def deliver(envelopes: Sequence[Envelope], alias: str | None, using: str | None) -> None:

@@ -20,6 +20,9 @@ django_jobs adds what RQ lacks:
 * ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
 * ``djjobs:unique:<k>``  the job holding a unique key; ``djjobs:slots:<name>`` and
   ``djjobs:rate:<name>:<window>`` a job type's concurrency slots and rate counters.
+* ``djjobs:primary``     the identity (run_id, replication id) of the server last seen as primary,
+  and when it last changed: a failover or a restart that may have lost acknowledged writes;
+  ``djjobs:replmark`` a counter a "replicated" push bumps, so its ``WAIT`` covers what came before.
 * ``djjobs:cron:<name>:<period>`` a periodic job's fire lock; ``djjobs:stats:*`` the outcome counters;
   ``djjobs:alert*`` the alert windows.
 """
@@ -38,6 +41,8 @@ LOST = "djjobs:lost"
 DYING = "djjobs:dying"
 VANISHED = "djjobs:vanished"
 ALERT_DUE = "djjobs:alertdue"
+PRIMARY = "djjobs:primary"
+REPLICATION_MARK = "djjobs:replmark"
 #: Prefixes of the alert keys of one fingerprint (a script scanning ALERT_DUE appends the fingerprint).
 ALERT_WINDOW_PREFIX = "djjobs:alert:"
 ALERT_COUNT_PREFIX = "djjobs:alertcount:"

@@ -173,12 +173,10 @@ class Store:
 
     def push(self, jobs: Iterable[Pushable], chunk: int = 500) -> set[str]:
         """Push jobs in one round trip; returns the ids not pushed (already there, or unique duplicates)."""
-        batch = list(jobs)
+        calls, args = push_calls(list(jobs), chunk)
         seen: set[str] = set()
-        if not batch:
+        if not calls:
             return seen
-        calls = [_push_call(batch[start : start + chunk]) for start in range(0, len(batch), chunk)]
-        args: list[str | int] = [self.WAKE_CAP, self.UNIQUE_TTL, keys.JOB_PREFIX, keys.scheduled_key("")]
         if len(calls) == 1:  # the common case: one EVALSHA, no pipeline (which would add SCRIPT EXISTS)
             results = [self._push(keys=calls[0][0], args=[calls[0][1], *args])]
         else:
@@ -189,6 +187,18 @@ class Store:
         for result in results:
             seen.update(text(x) for x in result)
         return seen
+
+    def statuses(self, job_ids: Sequence[str]) -> dict[str, str | None]:
+        """Each job's status field, None where its hash is gone ("" where the key is not a hash):
+        one round trip, O(ids)."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                pipe.hget(keys.job_key(job_id), "status")
+            found = pipe.execute(raise_on_error=False)
+        return {
+            job_id: "" if isinstance(status, Exception) else None if status is None else text(status)
+            for job_id, status in zip(job_ids, found, strict=True)
+        }
 
     def complete_and_claim(
         self,
@@ -341,6 +351,14 @@ class Store:
             (now_s, now_us), *firsts = pipe.execute()
         dues = [float(first[0][1]) for first in firsts if first]
         return min(dues) - (now_s + now_us / 1e6) if dues else None
+
+
+def push_calls(
+    batch: Sequence[Pushable], chunk: int = 500
+) -> tuple[list[tuple[list[str], str]], list[str | int]]:
+    """The push script's calls for ``batch`` (KEYS and JSON per chunk of jobs) and its common ARGV tail."""
+    calls = [_push_call(batch[start : start + chunk]) for start in range(0, len(batch), chunk)]
+    return calls, [Store.WAKE_CAP, Store.UNIQUE_TTL, keys.JOB_PREFIX, keys.scheduled_key("")]
 
 
 def _push_call(jobs: Sequence[Pushable]) -> tuple[list[str], str]:

@@ -24,14 +24,17 @@ from django.utils import timezone
 from redis import exceptions as redis_errors
 
 from .. import alerts, deadletter, execution, idempotency, metrics, outbox, outcomes, stats
-from ..conf import jobs_settings
+from ..backends import redis as redis_backend
+from ..conf import LEDGER, jobs_settings
 from ..connections import connection_identity, get_connection
 from ..cron import Scheduler
+from ..durability import ledger_queues
 from ..envelope import Envelope
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
 from ..store import DYING, LOST, VANISHED, Claimed, Store, VanishedId, to_bytes, to_text, valid_job_id
 from . import structure
+from .ledger import Ledger
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -152,10 +155,14 @@ class Maintenance:
         self.scheduler = Scheduler(store.connection)
         self.strikes = Strikes()
         self.paused: dict[str, float] = {}  # queue -> when (monotonic) the relay tries its Redis again
+        self.ledger = Ledger(store, self._relay_rows)
         self.duties = [
             Every(interval, self.promote_and_reap),
             Every(1.0, self.check_structures),  # before the relay, whose pushes a broken key would fail
             Every(1.0, self.relay_outbox),
+            Every(1.0, self.ledger.watch_primary),
+            Every(1.0, self.ledger.settle),
+            Every(min(interval, 1.0), self.ledger.sweep_if_due),
             Every(5.0, self.finish_dying),
             Every(5.0, self.record_vanished),
             Every(600.0, self.prune_keys),
@@ -301,9 +308,11 @@ class Maintenance:
                 _guarded(f"relaying the outbox of {alias}", partial(self._relay, alias, cutoff, batch))
 
     def _relay(self, alias: str, cutoff: dt.datetime, batch: int) -> None:
-        """The oldest rows of the queues whose Redis is not paused; learning of a Redis down, look again."""
+        """The oldest rows of the queues whose Redis is not paused; learning of a Redis down, look again.
+
+        Rows of ledger queues are the ledger's: it pushes them when their job is missing from Redis."""
         now = time.monotonic()
-        skipped = {queue for queue, until in self.paused.items() if until > now}
+        skipped = {queue for queue, until in self.paused.items() if until > now} | set(ledger_queues())
         while True:
             rows = list(
                 OutboxEntry.objects.using(alias)
@@ -392,8 +401,22 @@ class Maintenance:
 
 
 def _push_rows(alias: str, group: list[tuple[OutboxEntry, Envelope]]) -> None:
-    """Push rows of one Redis (a second push is a no-op), then drop them from the outbox."""
-    already = Store.of(get_connection(group[0][1].queue)).push([envelope for _, envelope in group])
-    OutboxEntry.objects.using(alias).filter(pk__in=[row.pk for row, _ in group]).delete()
-    if len(group) > len(already):
-        logger.info("Outbox relay pushed %d job(s)", len(group) - len(already))
+    """Push rows of one Redis (a second push is a no-op), then drop the rows whose work is done.
+
+    A row stays while replicas have not confirmed its push ("replicated") or its job has not finished
+    ("ledger"), unless the push skipped it as a duplicate of a unique job: then nothing will run it.
+    """
+    envelopes = [envelope for _, envelope in group]
+    pushed = redis_backend.push(envelopes)
+    keep = {e.id for e in pushed.unconfirmed}
+    ledger = {e.id: e.queue for e in envelopes if jobs_settings.durability(e.queue) == LEDGER}
+    if ledger:
+        statuses = Store.of(get_connection(group[0][1].queue)).statuses(
+            [i for i in ledger if i in pushed.seen]
+        )
+        keep |= {job_id for job_id in ledger if statuses.get(job_id, "") is not None}
+    OutboxEntry.objects.using(alias).filter(
+        pk__in=[row.pk for row, _ in group if row.pk not in keep]
+    ).delete()
+    if len(group) > len(pushed.seen):
+        logger.info("Outbox relay pushed %d job(s)", len(group) - len(pushed.seen))

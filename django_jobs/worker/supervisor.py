@@ -15,7 +15,7 @@ import signal
 import socket
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import connections
 from redis import Redis
@@ -56,6 +56,7 @@ class Slot:
     abandoned: bool = False  # its lease was taken back: nothing left to settle
     suspect: str | None = None  # the running attempt's token, if the last heartbeat found no lease
     returned: bool = False  # the running job's code returned: it succeeded, whatever happens next
+    started: list[tuple[str, str]] = field(default_factory=list)  # (job id, queue) since the last look
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
@@ -66,6 +67,7 @@ class Slot:
                 self.token, self.queue = rest[0], rest[1]
                 self.deadline, self.claimed = float(rest[2]), int(rest[3])
                 self.returned = False
+                self.started.append((split_token(self.token), self.queue))
             elif kind == "R":
                 self.returned = True
             elif kind == "C":
@@ -295,6 +297,13 @@ class Supervisor:
                 metrics.fenced(slot.queue or "", "lease_gone")
             slot.suspect = slot.token if missing else None
 
+    def _note_started(self) -> None:
+        """Hand the attempts that started to the ledger, which settles their rows once they finish."""
+        for slot in self.slots.values():
+            for job_id, queue in slot.started:
+                self.maintenance.ledger.saw(job_id, queue)
+            slot.started.clear()
+
     def _report_kills(self) -> None:
         """Log and count the attempts the lease guard killed (before their slots are reaped)."""
         for killed in self.guard.killed():
@@ -368,6 +377,7 @@ class Supervisor:
     def _loop(self) -> None:
         while self.slots or (self.respawn_at and not self.stopping):
             self._read(jobs_settings.MAINTENANCE_INTERVAL)
+            self._note_started()
             self._report_kills()
             self._reap_children()
             self.guard.retain(self.slots.keys())  # forget the exited ones

@@ -84,7 +84,7 @@ def test_limits_map_every_alias_to_the_canonical_job():
 def test_a_unique_key_is_held_across_an_alias_and_the_current_name(redis_db):
     held = envelope("tests.debounced_before_rename", "old", unique_key="doc:1")
     dropped = envelope("tests.debounced", "new", unique_key="doc:1")
-    assert push([held, dropped]) == {dropped.id}
+    assert push([held, dropped]).seen == {dropped.id}
 
 
 # --- finding 9: a replaced job stays dead ------------------------------------------------------------

@@ -371,3 +371,24 @@ async def async_overrun(key: str) -> None:
 async def async_blocks(key: str) -> None:
     """Blocks its event loop with sync code past its timeout: only the alarm or the kill stops it."""
     time.sleep(30)
+
+
+FAILOVER = RetryPolicy(max_attempts=10, base=0.05, factor=2, max_delay=0.5)
+
+
+@job(name="tests.failover", timeout=10, retry=FAILOVER)
+def failover(key: str, failures: int = 0, seconds: float = 0.0) -> None:
+    """Records every run; fails its first ``failures`` runs; its side effect happens once."""
+    SideEffect.objects.create(key=f"run:{key}")
+    time.sleep(seconds)
+    if SideEffect.objects.filter(key=f"run:{key}").count() <= failures:
+        raise ConnectionError("flaky upstream")
+    with idempotent(f"failover:{key}") as first:
+        if first:
+            SideEffect.objects.create(key=key)
+
+
+@job(name="tests.failover_limited", timeout=10, retry=FAILOVER, concurrency=2)
+def failover_limited(key: str, seconds: float = 0.02) -> None:
+    """As ``failover``, under a concurrency limit, so its slots must converge after a failover."""
+    failover(key, 0, seconds)

@@ -3,27 +3,34 @@
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 from redis.exceptions import RedisError
 
+from django_jobs import durability
 from django_jobs.collectors import dead_letter_counts
+from django_jobs.conf import jobs_settings
 from django_jobs.connections import connection_identity, queue_configs
 from django_jobs.eviction import eviction_policy
 from django_jobs.exceptions import ConfigurationError
 from django_jobs.inspect import QueueState, WorkerState, server_connections, servers
 from django_jobs.management.arguments import real
+from django_jobs.store.replication import Primary
 
-CHECKS = ("database", "redis", "workers", "age", "eviction", "quarantine")
+CHECKS = ("database", "redis", "workers", "age", "eviction", "quarantine", "durability")
+#: Seconds the oldest due ledger row may wait before the durability line warns.
+LEDGER_WARN_AGE = 1800.0
 
 
 class Command(BaseCommand):
     help = (
         "Exit non-zero if a database or Redis does not answer, a queue has no live worker, or a "
         "queue's oldest job waited longer than --max-age. Warn (exit 0) about a Redis that may evict "
-        "jobs and about quarantined or vanished items. One line per check."
+        "jobs, about quarantined or vanished items and about a ledger that does not drain; report each "
+        "queue's durability level and its Redis' replicas. One line per check."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -64,6 +71,8 @@ class Command(BaseCommand):
             self._eviction(queues)
         if "quarantine" not in skip:
             self._quarantine()
+        if "durability" not in skip:
+            self._durability(queues)
         if failures:
             raise CommandError(f"unhealthy: {'; '.join(failures)}", returncode=1)
 
@@ -93,6 +102,26 @@ class Command(BaseCommand):
         if any(counts.values()):
             detail += " (open dead letters no job ran for: see the dead-letter admin)"
         self._warn_unless(not any(counts.values()), "quarantine", detail)
+
+    def _durability(self, queues: list[str]) -> None:
+        """Each queue's level and ledger; each server's replicas, lag and last primary change."""
+        try:
+            ledger = {state.queue: state for state in durability.ledger()}
+        except DatabaseError:
+            ledger = {}  # the database check says so
+        for queue in queues:
+            detail = f"{queue}: {jobs_settings.durability(queue)}"
+            state = ledger.get(queue)
+            if state is not None:
+                detail += f", {state.pending} ledger row(s) pending, oldest due {state.oldest_age:.0f} s ago"
+            ok = state is None or state.oldest_age <= LEDGER_WARN_AGE
+            self._warn_unless(ok, "durability", detail + ("" if ok else " (the ledger does not drain)"))
+        try:
+            servers_state = durability.replication(queues)
+        except RedisError:
+            return  # the redis check says so
+        for names, primary in servers_state:
+            self._warn_unless(True, "replication", f"{', '.join(names)}: {_replication(primary)}")
 
     def _databases(self) -> list[str]:
         failures = []
@@ -128,3 +157,9 @@ class Command(BaseCommand):
                     age <= max_age, "age", f"{queue.name}: oldest job waited {age:.0f} s (limit {max_age:g})"
                 )
         return failures
+
+
+def _replication(primary: Primary) -> str:
+    lag = "no replica" if primary.lag is None else f"{primary.replicas} replica(s), lag {primary.lag:g} s"
+    changed = "never" if primary.changed_at is None else f"{time.time() - primary.changed_at:.0f} s ago"
+    return f"{primary.role}, {lag}, primary last changed {changed}"

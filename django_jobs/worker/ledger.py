@@ -1,0 +1,195 @@
+"""The ledger of "ledger" queues: each job's outbox row lives until the job has finished, and
+``runjobs`` reconciles the rows with Redis, so a job Redis acknowledged and then lost (a failover to
+a replica that lagged, a restart without the last writes) is pushed again: it may run twice, never
+zero times.
+
+* Settling: the supervisor hears of every attempt its work processes start; once a second those
+  jobs' statuses are read in one round trip and the rows of finished ones (finished, cancelled, or
+  dead-lettered: their ``DeadLetter`` row exists) are deleted in bulk. The work process's hot path
+  pays nothing.
+* Sweeping: every ``LEDGER_SWEEP_INTERVAL`` seconds, at once when the Redis primary changed (another
+  ``run_id`` or replication id: a failover or a restart), and when Redis answers again after an
+  outage, every pending row older than a second is checked: O(pending rows), never O(history). A
+  row whose job is gone from Redis is pushed again; one whose job finished is deleted. A sweep that
+  took long pushes the next one back, so reconciling never takes more than a tenth of the time.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+from django.db.models import Q
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from .. import metrics
+from ..conf import LEDGER, jobs_settings
+from ..connections import get_connection, queue_configs
+from ..durability import ledger_queues, outbox_aliases
+from ..models import DeadLetter, OutboxEntry
+from ..store import Status, Store
+from ..store.replication import note_primary, read_primary
+
+logger = logging.getLogger("django_jobs.worker")
+
+#: Statuses after which a job never runs again: its row can go.
+FINAL = frozenset({Status.FINISHED.value, Status.CANCELED.value})
+#: Rows read per step of a sweep, and ids checked per settling pass.
+BATCH = 500
+#: Batches of ids one settling pass checks at most.
+SETTLE_BATCHES = 20
+#: Attempts remembered for settling; past it the oldest are forgotten (a sweep finds their rows).
+WATCH_LIMIT = 100_000
+#: A sweep waits at least this many times its own duration before the next one.
+SWEEP_DUTY = 10
+
+
+def _chunks(items: Sequence[str], size: int = 900) -> Iterable[Sequence[str]]:
+    """Under SQLite's older 999-parameter limit."""
+    return (items[start : start + size] for start in range(0, len(items), size))
+
+
+class Ledger:
+    """Settles and reconciles ledger rows; ``relay`` pushes rows the way the outbox relay does
+    (grouped, one bad row isolated and quarantined) and returns the queues whose Redis was down."""
+
+    def __init__(self, store: Store, relay: Callable[[str, list[OutboxEntry]], set[str]]) -> None:
+        self.store, self.relay = store, relay
+        self.watched: dict[str, str] = {}  # job id -> queue, of attempts started under this runjobs
+        self.identity: tuple[str, str] | None = None
+        self.reachable = True
+        self.sweep_at = 0.0  # monotonic; 0: as soon as possible
+
+    def saw(self, job_id: str, queue: str) -> None:
+        """An attempt of ``job_id`` started here: settle its row once the job has finished."""
+        if jobs_settings.durability(queue) == LEDGER:
+            if len(self.watched) >= WATCH_LIMIT:
+                self.watched.pop(next(iter(self.watched)))
+            self.watched[job_id] = queue
+
+    # --- settling what ran here ------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Delete the rows of watched jobs that finished; forget those another attempt will report."""
+        head = list(itertools.islice(self.watched, BATCH * SETTLE_BATCHES))
+        for start in range(0, len(head), BATCH):
+            queues = {job_id: self.watched.pop(job_id) for job_id in head[start : start + BATCH]}
+            statuses = _statuses(queues)
+            done = _finished(statuses)
+            _delete(done, queues)
+            for job_id, status in statuses.items():  # still running, or being dead-lettered: look again
+                if job_id not in done and status in (Status.STARTED.value, Status.FAILED.value):
+                    self.watched.setdefault(job_id, queues[job_id])
+
+    # --- the primary and the sweep ---------------------------------------------------------------
+
+    def watch_primary(self) -> None:
+        """Sweep soon when this runjobs' Redis is another server, lost its data, or is back."""
+        try:
+            primary = read_primary(self.store.connection)
+            changed, _ = note_primary(self.store.connection, primary)
+        except RedisError:
+            self.reachable = False
+            raise
+        identity = (primary.run_id, primary.replid)
+        if changed or (self.identity is not None and identity != self.identity):
+            logger.warning(
+                "Redis primary changed (run_id %s, replication id %s): reconciling the ledger now.",
+                primary.run_id, primary.replid,
+            )  # fmt: skip
+            self.sweep_at = 0.0
+        elif not self.reachable:
+            self.sweep_at = 0.0  # rows committed while it was down were not pushed
+        self.identity, self.reachable = identity, True
+
+    def sweep_if_due(self) -> None:
+        now = time.monotonic()
+        if now < self.sweep_at:
+            return
+        self.sweep_at = now + jobs_settings.LEDGER_SWEEP_INTERVAL  # a failing sweep waits its turn too
+        self.sweep()
+        took = time.monotonic() - now
+        self.sweep_at = now + max(jobs_settings.LEDGER_SWEEP_INTERVAL, SWEEP_DUTY * took)
+
+    def sweep(self) -> None:
+        """Reconcile every pending ledger row older than a second with Redis."""
+        queues = ledger_queues()
+        if not queues:
+            return
+        cutoff = timezone.now() - dt.timedelta(seconds=1)  # fresh rows are still being pushed
+        for alias in outbox_aliases():
+            self._sweep(alias, queues, cutoff)
+
+    def _sweep(self, alias: str, queues: list[str], cutoff: dt.datetime) -> None:
+        """Walk the rows in (created_at, id) order, a batch at a time, reading only id and queue."""
+        rows = OutboxEntry.objects.using(alias).filter(queue__in=queues, created_at__lt=cutoff)
+        after: tuple[dt.datetime, str] | None = None
+        down: set[str] = set()
+        while True:
+            page = rows.exclude(queue__in=down)
+            if after is not None:
+                page = page.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
+            batch = list(page.order_by("created_at", "id").values_list("id", "queue", "created_at")[:BATCH])
+            if not batch:
+                return
+            down |= self._reconcile(alias, {job_id: queue for job_id, queue, _ in batch})
+            after = (batch[-1][2], batch[-1][0])
+
+    def _reconcile(self, alias: str, queues: dict[str, str]) -> set[str]:
+        """Delete the rows of finished jobs, push again those missing from Redis; returns the queues
+        whose Redis did not answer (the rest of the sweep leaves them alone)."""
+        statuses = _statuses(queues)
+        done = _finished(statuses)
+        missing = [job_id for job_id, status in statuses.items() if status is None and job_id not in done]
+        down: set[str] = set()
+        if missing:
+            rows = list(OutboxEntry.objects.using(alias).filter(pk__in=missing))
+            down = self.relay(alias, rows)
+            pushed = [row for row in rows if row.queue not in down]
+            if pushed:
+                logger.warning(
+                    "Ledger: %d job(s) missing from Redis were pushed again (a failover or a lost push): "
+                    "%s", len(pushed), ", ".join(row.pk for row in pushed[:10]),
+                )  # fmt: skip
+            for queue, count in Counter(row.queue for row in pushed).items():
+                metrics.ledger(queue, repushed=count)
+        _delete(done, queues)
+        return down
+
+
+def _statuses(queues: dict[str, str]) -> dict[str, str | None]:
+    """The status of each job (id -> queue) in its queue's Redis, one round trip per queue."""
+    by_queue: dict[str, list[str]] = {}
+    for job_id, queue in queues.items():
+        by_queue.setdefault(queue, []).append(job_id)
+    statuses: dict[str, str | None] = {}
+    for queue, ids in by_queue.items():
+        if queue in queue_configs():  # a row of an unknown queue is the relay's to quarantine
+            statuses.update(Store.of(get_connection(queue)).statuses(ids))
+    return statuses
+
+
+def _finished(statuses: dict[str, str | None]) -> set[str]:
+    """The jobs that will never run again: finished or cancelled in Redis, or dead-lettered."""
+    done = {job_id for job_id, status in statuses.items() if status in FINAL}
+    unsure = [job_id for job_id, status in statuses.items() if status in (None, Status.FAILED.value)]
+    for chunk in _chunks(unsure):
+        done.update(DeadLetter.objects.filter(job_id__in=chunk).values_list("job_id", flat=True))
+    return done
+
+
+def _delete(done: Iterable[str], queues: dict[str, str]) -> None:
+    """Delete the rows of ``done`` jobs from every outbox, in bulk; count them per queue."""
+    ids = sorted(done)
+    if not ids:
+        return
+    for alias in outbox_aliases():
+        for chunk in _chunks(ids):
+            OutboxEntry.objects.using(alias).filter(pk__in=chunk).delete()
+    for queue, count in Counter(queues.get(job_id, "") for job_id in ids).items():
+        metrics.ledger(queue, settled=count)

@@ -1,0 +1,139 @@
+"""Durability levels against a real Redis and database: the ledger keeps a row until the job has
+finished and pushes again a job Redis lost; "replicated" keeps a row while no replica confirms."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.core.checks import run_checks
+from django.db import transaction
+from django.utils import timezone
+
+from django_jobs import metrics
+from django_jobs.models import DeadLetter, OutboxEntry
+from django_jobs.store import Store, keys
+from django_jobs.testing import run_jobs
+from django_jobs.worker.maintenance import Maintenance
+from tests.testapp import jobs
+from tests.testapp.models import SideEffect
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+@pytest.fixture
+def ledger(settings):
+    settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": "ledger"}
+
+
+def maintenance(redis_db) -> Maintenance:
+    return Maintenance(Store(redis_db), ["default"], 0.1)
+
+
+def age_rows(seconds: float = 5) -> None:
+    """Past the sweep's one-second cutoff, which leaves fresh rows to their on-commit push."""
+    OutboxEntry.objects.update(created_at=timezone.now() - dt.timedelta(seconds=seconds))
+
+
+def lose(redis_db, job_id: str) -> None:
+    """What a failover to a replica that never had the push leaves: no hash, no queue entry."""
+    redis_db.delete(keys.job_key(job_id))
+    redis_db.lrem(keys.queue_key("default"), 0, job_id)
+
+
+def test_a_ledger_row_is_written_outside_a_transaction_and_settled_once_its_job_finished(ledger, redis_db):
+    handle = jobs.record.enqueue("a")
+    assert list(OutboxEntry.objects.values_list("id", flat=True)) == [handle.id]
+    work = maintenance(redis_db)
+    work.ledger.saw(handle.id, "default")
+    work.ledger.settle()
+    assert OutboxEntry.objects.filter(pk=handle.id).exists()  # queued: not finished yet
+    assert run_jobs() == 1
+    work.ledger.saw(handle.id, "default")
+    work.ledger.settle()
+    assert not OutboxEntry.objects.exists()
+
+
+def test_the_sweep_pushes_again_a_job_redis_lost_and_it_runs(ledger, redis_db):
+    with transaction.atomic():
+        lost = jobs.record.enqueue("lost")
+    kept = jobs.record.enqueue("kept")
+    lose(redis_db, lost.id)
+    age_rows()
+    before = metrics.LEDGER_REPUSHED.labels("default")._value.get()
+    maintenance(redis_db).ledger.sweep()
+    assert metrics.LEDGER_REPUSHED.labels("default")._value.get() == before + 1
+    assert sorted(x.decode() for x in redis_db.lrange(keys.queue_key("default"), 0, -1)) == sorted(
+        [lost.id, kept.id]
+    )
+    assert run_jobs() == 2
+    assert sorted(SideEffect.objects.values_list("key", flat=True)) == ["kept", "lost"]
+    maintenance(redis_db).ledger.sweep()
+    assert not OutboxEntry.objects.exists()  # both finished: their rows go
+
+
+def test_the_sweep_settles_dead_lettered_jobs_and_keeps_scheduled_ones(ledger, redis_db):
+    dead = jobs.permanent.enqueue("dead")
+    later = jobs.record.enqueue_in(3600, "later")
+    run_jobs()
+    assert DeadLetter.objects.filter(job_id=dead.id).exists()
+    age_rows()
+    maintenance(redis_db).ledger.sweep()
+    assert list(OutboxEntry.objects.values_list("id", flat=True)) == [later.id]
+
+
+def test_a_unique_duplicate_leaves_the_ledger(ledger, redis_db):
+    held = jobs.record.enqueue("u")
+    # a second job with the same unique key is never pushed: nothing will run it, so no row waits for it
+    duplicate = jobs.record.enqueue("dup")
+    OutboxEntry.objects.filter(pk=duplicate.id).update(options={"unique_key": "k"})
+    OutboxEntry.objects.filter(pk=held.id).update(options={"unique_key": "k"})
+    redis_db.set(keys.unique_key("k"), held.id)
+    lose(redis_db, duplicate.id)
+    age_rows()
+    maintenance(redis_db).ledger.sweep()
+    assert list(OutboxEntry.objects.values_list("id", flat=True)) == [held.id]
+
+
+def test_a_primary_change_is_recorded_once_and_brings_the_sweep_forward(ledger, redis_db):
+    work = maintenance(redis_db)
+    work.ledger.watch_primary()
+    assert redis_db.hget(keys.PRIMARY, "changed_at") is None  # first sight is no change
+    work.ledger.sweep_at = float("inf")
+    redis_db.hset(keys.PRIMARY, "run_id", "the-old-primary")  # as a promoted replica would hold it
+    work.ledger.watch_primary()
+    assert work.ledger.sweep_at == 0.0
+    assert redis_db.hget(keys.PRIMARY, "previous_run_id") == b"the-old-primary"
+    changed = redis_db.hget(keys.PRIMARY, "changed_at")
+    assert changed is not None
+    work.ledger.watch_primary()
+    assert redis_db.hget(keys.PRIMARY, "changed_at") == changed
+
+
+def test_a_replicated_push_no_replica_confirms_keeps_its_row_and_returns_in_time(settings, redis_db):
+    settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": "replicated", "REPLICA_TIMEOUT": 0.05}
+    before = metrics.UNREPLICATED.labels("default")._value.get()
+    started = timezone.now()
+    handle = jobs.record.enqueue("r")
+    assert (timezone.now() - started).total_seconds() < 1  # bounded by REPLICA_TIMEOUT, never a hang
+    assert redis_db.lrange(keys.queue_key("default"), 0, -1) == [handle.id.encode()]  # it is queued
+    assert list(OutboxEntry.objects.values_list("id", flat=True)) == [handle.id]
+    assert metrics.UNREPLICATED.labels("default")._value.get() == before + 1
+    age_rows()
+    maintenance(redis_db).relay_outbox()  # re-pushes (a no-op here), still no replica: the row stays
+    assert OutboxEntry.objects.filter(pk=handle.id).exists()
+    assert redis_db.llen(keys.queue_key("default")) == 1
+    settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": "replicated", "REPLICAS": 0}
+    maintenance(redis_db).relay_outbox()  # zero replicas asked: confirmed at once, the row goes
+    assert not OutboxEntry.objects.exists()
+
+
+def test_checks_report_an_unknown_level_or_queue_and_an_unbounded_replica_wait(settings):
+    settings.JOBS = {
+        **settings.JOBS,
+        "DURABILITY": {"default": "durable", "nowhere": "ledger"},
+        "DEFAULT_DURABILITY": "replicated",
+        "REPLICA_TIMEOUT": 30,
+    }
+    found = {message.id for message in run_checks()}
+    assert {"django_jobs.E015", "django_jobs.E016", "django_jobs.E017"} <= found
