@@ -8,15 +8,19 @@ from typing import TYPE_CHECKING, Any
 from .context import JobContext
 from .context import current as current_job
 from .envelope import JobHandle
-from .exceptions import JobsError, PayloadError, PermanentError
+from .exceptions import JobCancelled, JobsError, PayloadError, PermanentError
 from .idempotency import claim, claim_key, idempotent
 from .policy import RetryPolicy
 from .registry import job
+from .store import CancelResult
 
 if TYPE_CHECKING:
+    from .cancellation import cancel, cancel_requested
     from .chains import Page, chain
 
 __all__ = [
+    "CancelResult",
+    "JobCancelled",
     "JobContext",
     "JobHandle",
     "JobsError",
@@ -24,6 +28,8 @@ __all__ = [
     "PayloadError",
     "PermanentError",
     "RetryPolicy",
+    "cancel",
+    "cancel_requested",
     "chain",
     "claim",
     "claim_key",
@@ -32,8 +38,14 @@ __all__ = [
     "job",
 ]
 
-#: Public names whose modules need the app registry ready (they use models): imported on first use.
-_AFTER_SETUP = {"chain": "chains", "Page": "chains"}
+#: Public names whose modules need the app registry ready (they use models) or Django's settings (they
+#: reach Redis through RQ_QUEUES): imported on first use.
+_AFTER_SETUP = {
+    "chain": "chains",
+    "Page": "chains",
+    "cancel": "cancellation",
+    "cancel_requested": "cancellation",
+}
 
 
 def __getattr__(name: str) -> Any:

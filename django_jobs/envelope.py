@@ -4,13 +4,24 @@ was enqueued with, and the handle the caller gets back. Below all three, so none
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .store import Status, rq_timestamp, valid_job_id
+from .exceptions import ConfigurationError
+from .store import CancelResult, Status, rq_timestamp, valid_job_id
 
 Call = tuple[Sequence[Any], Mapping[str, Any]]
+
+#: ``cancel(job_id, queue=...)``, connected by the app's ``ready()``: cancelling is a service above
+#: this module, which a handle must not import.
+Canceller = Callable[..., CancelResult]
+_canceller: list[Canceller] = []
+
+
+def cancel_through(canceller: Canceller) -> None:
+    """Connect :meth:`JobHandle.cancel` to the cancel service (the app's ``ready()`` does it)."""
+    _canceller[:] = [canceller]
 
 
 @dataclass(frozen=True)
@@ -20,6 +31,12 @@ class JobHandle:
     id: str
     name: str
     queue: str
+
+    def cancel(self) -> CancelResult:
+        """Cancel this job now (``django_jobs.cancel``): only its queue's Redis is asked."""
+        if not _canceller:
+            raise ConfigurationError("Jobs cannot be cancelled before Django is set up with 'django_jobs'.")
+        return _canceller[0](self.id, queue=self.queue)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import Claimed, Pushable, Store, VanishedId, load
+from .machine import Beat, CancelResult, Claimed, Pushable, Settled, Store, VanishedId, load
 from .record import (
     JOB_ID,
     JobRecord,
@@ -40,9 +40,12 @@ __all__ = [
     "LOST",
     "QUEUES_SET",
     "VANISHED",
+    "Beat",
+    "CancelResult",
     "Claimed",
     "JobRecord",
     "Pushable",
+    "Settled",
     "Status",
     "Store",
     "VanishedId",
