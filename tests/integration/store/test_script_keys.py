@@ -122,7 +122,8 @@ def _every_transition(client: redis.Redis) -> None:
 
 
 def _cancel_transitions(store: Store) -> None:
-    waiting, later, running = jobs.record.enqueue("w"), jobs.record.enqueue_in(60, "l"), jobs.record.enqueue("r")
+    waiting, later = jobs.record.enqueue("w"), jobs.record.enqueue_in(60, "l")
+    running = jobs.record.enqueue("r")
     assert store.cancel(waiting.id, 60) is CancelResult.CANCELLED
     assert store.cancel(later.id, 60) is CancelResult.CANCELLED
     _, claimed = store.complete_and_claim(
