@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--workers",
         help="comma-separated throughput runs (default all: runjobs_c1, runjobs_c2, rqworker, rqworker_pool, "
-        "simpleworker, runjobs_c2_write)",
+        "simpleworker, runjobs_c2_write, runjobs_c2_result)",
     )
     parser.add_argument("--json", type=Path, help="also write the raw results to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
@@ -149,6 +149,9 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
     ):
         if "runjobs_c2" in tp and other in tp:
             add(f"Ratio runjobs c=2 / {name}", _x(tp["runjobs_c2"], tp[other]))
+    if "runjobs_c2" in tp and "runjobs_c2_result" in tp:
+        ratio = _x(tp["runjobs_c2_result"], tp["runjobs_c2"])
+        add("Ratio runjobs c=2 keeping results / not keeping them", ratio)
     cm = results.get("commands", {})
     for key, name in (
         ("runjobs_c1", "runjobs c=1"),

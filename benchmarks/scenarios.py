@@ -22,10 +22,11 @@ from redis import Redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
+from django_jobs import get_job
 from django_jobs.models import DeadLetter, IdempotencyKey, OutboxEntry
 from django_jobs.store import LEASES, job_key, queue_key
 
-from .benchapp.jobs import noop, probe, rq_noop, write_once
+from .benchapp.jobs import noop, noop_result, probe, rq_noop, write_once
 from .benchapp.models import Write
 from .infra import (
     JSON_SERIALIZER,
@@ -91,7 +92,11 @@ class Worker:
     label: str
     argv: tuple[str, ...]
     rq: bool  # runs RQ jobs (rq_noop) rather than django_jobs jobs
-    write: bool = False  # runs bench.write_once instead of bench.noop
+    job: str = "noop"  # which django_jobs job: "noop", "write" (bench.write_once), "result" (noop_result)
+
+    @property
+    def write(self) -> bool:
+        return self.job == "write"
 
 
 def _rqworker(*extra: str) -> tuple[str, ...]:
@@ -119,7 +124,14 @@ WORKERS = [
         True,
     ),
     Worker(
-        "runjobs_c2_write", "`runjobs --concurrency 2`, `bench.write_once`", _runjobs(2), False, write=True
+        "runjobs_c2_write", "`runjobs --concurrency 2`, `bench.write_once`", _runjobs(2), False, job="write"
+    ),
+    Worker(
+        "runjobs_c2_result",
+        "`runjobs --concurrency 2`, `bench.noop_result` (keeps its result)",
+        _runjobs(2),
+        False,
+        job="result",
     ),
 ]
 WORKERS_BY_KEY = {w.key: w for w in WORKERS}
@@ -161,6 +173,8 @@ class Bench:
                 ids += [j.id for j in jobs]
             elif worker.write:
                 ids += [h.id for h in write_once.enqueue_many([(f"{tag}:{i}", i) for i in batch])]
+            elif worker.job == "result":
+                ids += [h.id for h in noop_result.enqueue_many([(i,) for i in batch])]
             else:
                 ids += [h.id for h in noop.enqueue_many([(i,) for i in batch])]
         if check:
@@ -186,6 +200,8 @@ class Bench:
             raise BenchError(f"{worker.key}: {done} of {len(ids)} jobs finished")
         if worker.write and Write.objects.count() != len(ids):
             raise BenchError(f"{worker.key}: {Write.objects.count()} writes for {len(ids)} jobs")
+        if worker.job == "result" and any(get_job(i).result is None for i in ids[:50]):
+            raise BenchError(f"{worker.key}: a result is missing")
 
     def _clean_db(self) -> None:
         Write.objects.all().delete()

@@ -5,28 +5,32 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .cancellation import cancel, cancel_requested
 from .context import JobContext
 from .context import current as current_job
-from .envelope import JobHandle
-from .exceptions import JobCancelled, JobsError, PayloadError, PermanentError
+from .exceptions import JobCancelled, JobDoesNotExist, JobsError, PayloadError, PermanentError, ResultError
 from .idempotency import claim, claim_key, idempotent
 from .policy import RetryPolicy
 from .registry import job
+from .results import JobError, JobHandle, JobState, get_job
 from .store import CancelResult
 
 if TYPE_CHECKING:
-    from .cancellation import cancel, cancel_requested
     from .chains import Page, chain
 
 __all__ = [
     "CancelResult",
     "JobCancelled",
     "JobContext",
+    "JobDoesNotExist",
+    "JobError",
     "JobHandle",
+    "JobState",
     "JobsError",
     "Page",
     "PayloadError",
     "PermanentError",
+    "ResultError",
     "RetryPolicy",
     "cancel",
     "cancel_requested",
@@ -34,18 +38,13 @@ __all__ = [
     "claim",
     "claim_key",
     "current_job",
+    "get_job",
     "idempotent",
     "job",
 ]
 
-#: Public names whose modules need the app registry ready (they use models) or Django's settings (they
-#: reach Redis through RQ_QUEUES): imported on first use.
-_AFTER_SETUP = {
-    "chain": "chains",
-    "Page": "chains",
-    "cancel": "cancellation",
-    "cancel_requested": "cancellation",
-}
+#: Public names whose modules need the app registry ready (they use models): imported on first use.
+_AFTER_SETUP = {"chain": "chains", "Page": "chains"}
 
 
 def __getattr__(name: str) -> Any:

@@ -17,7 +17,6 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Max, QuerySet
 from django.db.models.functions import Left
 from django.http import (
-    Http404,
     HttpRequest,
     HttpResponse,
     HttpResponseBadRequest,
@@ -28,11 +27,11 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
-from redis.exceptions import RedisError
 
 from . import deadletter, overview, redaction, selection
 from .conf import jobs_settings
-from .models import DeadLetter, OutboxEntry
+from .job_admin import JobPages
+from .models import DeadLetter
 from .templatetags.django_jobs_admin import when
 
 if TYPE_CHECKING:
@@ -82,7 +81,7 @@ class DeadLetterChangeList(ChangeList):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(_Base):
+class DeadLetterAdmin(_Base, JobPages):
     # Four columns, not eight: with Django's navigation sidebar and the filters open, a 1280 px
     # screen leaves the table about 630 px. Job, queue, exception and message stack in one cell.
     list_display = ("failure", "attempts", "failures", "status")
@@ -330,6 +329,7 @@ class DeadLetterAdmin(_Base):
                 name="django_jobs_deadletter_requeue_matching",
             ),
             path("overview/", view(self.overview_view), name="django_jobs_overview"),
+            path("job/", view(self.find_job_view), name="django_jobs_deadletter_find_job"),
             path("job/<str:job_id>/", view(self.job_view), name="django_jobs_deadletter_job"),
             path("<int:pk>/requeue/", view(self.requeue_one, True), name="django_jobs_deadletter_requeue"),
             path("<int:pk>/discard/", view(self.discard_one, True), name="django_jobs_deadletter_discard"),
@@ -399,31 +399,6 @@ class DeadLetterAdmin(_Base):
     def overview_view(self, request: HttpRequest) -> HttpResponse:
         self._require(request.user.has_perm(deadletter.OVERVIEW_PERMISSION))
         return self._render(request, "overview.html", "Queue overview", overview=overview.snapshot())
-
-    def job_view(self, request: HttpRequest, job_id: str) -> HttpResponse:
-        """A requeued job, as Redis knows it now. Only jobs a dead letter links to are shown."""
-        self._require(self.has_view_permission(request))
-        origin = DeadLetter.objects.filter(requeued_job_id=job_id).only("pk", "job_name", "queue").first()
-        died = DeadLetter.objects.filter(job_id=job_id).only("pk", "job_name", "exception", "queue").first()
-        linked = died or origin
-        if linked is None:
-            raise Http404("No dead letter links to this job.")
-        try:
-            state, error = overview.job_state(job_id, linked.queue), ""
-        except RedisError as exc:
-            state, error = None, f"Redis did not answer: {exc}"
-        return self._render(
-            request,
-            "job.html",
-            f"Job {job_id}",
-            job_id=job_id,
-            origin=origin,
-            died=died,
-            state=state,
-            error=error,
-            in_outbox=OutboxEntry.objects.filter(pk=job_id).exists(),
-            finished_ttl=jobs_settings.FINISHED_TTL,
-        )
 
     def requeue_one(self, request: HttpRequest, pk: int) -> HttpResponse:
         self._require(self.has_requeue_permission(request))

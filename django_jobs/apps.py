@@ -17,22 +17,10 @@ class DjangoJobsConfig(AppConfig):
 
     def ready(self) -> None:
         # checks and chains register on import
-        from . import (  # noqa: F401
-            cancellation,
-            chains,
-            checks,
-            collectors,
-            cron,
-            deadletter,
-            enqueue,
-            envelope,
-            outcomes,
-            registry,
-        )
+        from . import chains, checks, collectors, cron, deadletter, enqueue, outcomes, registry  # noqa: F401
         from .conf import jobs_settings
 
         registry.deliver_through(enqueue.enqueue_calls)
-        envelope.cancel_through(cancellation.cancel)
         outcomes.connect(
             [
                 ("Dead-lettering", deadletter.on_attempt_ended),

@@ -11,13 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from redis import Redis
 from redis.exceptions import RedisError
 
 from .conf import jobs_settings
-from .connections import get_connection, queue_configs
 from .context import current
-from .inspect import server_connections
 from .store import CancelResult, Store, valid_job_id
 
 logger = logging.getLogger("django_jobs")
@@ -34,27 +31,26 @@ def cancel(job_id: str, *, queue: str | None = None) -> CancelResult:
     its Redis is asked; otherwise each Redis server of ``RQ_QUEUES`` is, until one holds the job.
     Raises ``ValueError`` for an id that breaks the id rule, ``RedisError`` if Redis does not answer.
     """
+    # django_rq reads settings on import; ``import django_jobs`` must work before settings exist.
+    from .connections import servers
+
     if not isinstance(job_id, str) or not valid_job_id(job_id):
         raise ValueError(
             f"Job id {str(job_id)[:100]!r} is not valid: letters, digits, _ and -, 1 to 64 of them."
         )
-    for connection in _connections(queue):
+    for connection in servers(queue):
         result = Store.of(connection).cancel(job_id, jobs_settings.FINISHED_TTL)
         if result is not CancelResult.NOT_FOUND:
             return result
     return CancelResult.NOT_FOUND
 
 
-def _connections(queue: str | None) -> list[Redis]:
-    if queue is not None:
-        return [get_connection(queue)]
-    return [connection for _, connection in server_connections(list(queue_configs()))]
-
-
 def cancel_requested() -> bool:
     """Inside a job: whether its cancel was requested. Poll it between units of work (each call is
     one Redis round trip) and raise ``JobCancelled`` to stop. False outside a job, and when Redis
     does not answer (the job carries on; its supervisor still kills it if it is cancelled)."""
+    from .connections import get_connection
+
     attempt = current()
     if attempt is None:
         return False

@@ -15,9 +15,10 @@ from django.db import connections
 from . import backends, payload
 from .conf import jobs_settings
 from .connections import queue_config
-from .envelope import Call, Envelope, JobHandle, Options
+from .envelope import Call, Envelope, Options
 from .exceptions import TransactionAmbiguous
 from .registry import Job
+from .results import JobHandle
 from .signals import job_enqueued
 
 __all__ = ["Envelope", "JobHandle", "Options", "build", "deliver", "enqueue_calls", "transaction_alias"]
@@ -75,7 +76,12 @@ def enqueue_calls(
         encoded_args, encoded_kwargs = payload.encode(args, kwargs)
         envelopes.append(
             build(
-                definition.name, definition.queue, definition.timeout, encoded_args, encoded_kwargs, options
+                definition.name,
+                options.queue or definition.queue,
+                definition.timeout,
+                encoded_args,
+                encoded_kwargs,
+                options,
             )
         )
     deliver(envelopes, using=using)

@@ -1,42 +1,16 @@
-"""What moves between enqueue, the outbox and the backends: an envelope per job, the options it
-was enqueued with, and the handle the caller gets back. Below all three, so none imports another."""
+"""What moves between enqueue, the outbox and the backends: an envelope per job and the options it
+was enqueued with. Below all three, so none imports another."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import ConfigurationError
-from .store import CancelResult, Status, rq_timestamp, valid_job_id
+from .store import Status, rq_timestamp, valid_job_id
 
 Call = tuple[Sequence[Any], Mapping[str, Any]]
-
-#: ``cancel(job_id, queue=...)``, connected by the app's ``ready()``: cancelling is a service above
-#: this module, which a handle must not import.
-Canceller = Callable[..., CancelResult]
-_canceller: list[Canceller] = []
-
-
-def cancel_through(canceller: Canceller) -> None:
-    """Connect :meth:`JobHandle.cancel` to the cancel service (the app's ``ready()`` does it)."""
-    _canceller[:] = [canceller]
-
-
-@dataclass(frozen=True)
-class JobHandle:
-    """What enqueue returns: enough to find the job again."""
-
-    id: str
-    name: str
-    queue: str
-
-    def cancel(self) -> CancelResult:
-        """Cancel this job now (``django_jobs.cancel``): only its queue's Redis is asked."""
-        if not _canceller:
-            raise ConfigurationError("Jobs cannot be cancelled before Django is set up with 'django_jobs'.")
-        return _canceller[0](self.id, queue=self.queue)
 
 
 @dataclass(frozen=True)
@@ -96,6 +70,7 @@ class Options:
     unique_key: str = ""  # at most one queued or running job per key
     debounce: float = 0.0  # with unique_key: wait this long; a newer enqueue within it replaces this one
     cron_run: int | None = None  # the CronRun this job fires
+    queue: str = ""  # another queue than the job's own
 
     def __post_init__(self) -> None:
         if self.debounce and not self.unique_key:

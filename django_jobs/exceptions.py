@@ -47,3 +47,11 @@ class JobCancelled(JobsError):
 
 class ConfigurationError(JobsError, ImproperlyConfigured):
     """django_jobs is misconfigured; ``manage.py check`` says how."""
+
+
+class ResultError(PermanentError, TypeError):
+    """The job returned a value that cannot be stored as JSON: return IDs and plain values."""
+
+
+class JobDoesNotExist(JobsError, LookupError):
+    """No job has this id, or its record outlived ``JOBS["FINISHED_TTL"]`` and was removed."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -16,7 +17,7 @@ from django.conf import settings
 from django.db import connections, reset_queries
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import metrics, payload, registry
+from . import invocation, metrics, payload, registry
 from .conf import jobs_settings
 from .context import JobContext, running
 from .exceptions import JobCancelled, JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
@@ -56,6 +57,7 @@ def _history(claimed: Claimed, failed: Judgement) -> list[dict[str, Any]]:
         "at": dt.datetime.now(dt.UTC).isoformat(),
         "exception": failed.exception,
         "message": failed.message[:500],
+        "traceback": failed.traceback[-4000:],  # the innermost frames: where it failed
     }
     return [*history, entry][-25:]
 
@@ -207,18 +209,22 @@ def queue_wait(claimed: Claimed) -> float | None:
 
 def _attempt(
     definition: registry.Job[Any, Any], args: list[Any], kwargs: dict[str, Any], claimed: Claimed
-) -> BaseException | None:
-    """Run the job's code and return what it raised, whatever it is: ``SystemExit``,
-    ``KeyboardInterrupt`` and ``GeneratorExit`` are outcomes of the job like any exception. (The
-    work process's own shutdown never raises into a job: SIGTERM only sets a flag.)"""
+) -> tuple[BaseException | None, str | None]:
+    """Run the job's code; return what it raised, whatever it is (``SystemExit``,
+    ``KeyboardInterrupt`` and ``GeneratorExit`` are outcomes of the job like any exception; the
+    work process's own shutdown never raises into a job: SIGTERM only sets a flag), or the JSON of
+    its return value if the job keeps results."""
+    alarm = definition.timeout + (invocation.ASYNC_ALARM_MARGIN if definition.is_async else 0.0)
     try:
         db_hygiene()
         attempt = JobContext(claimed.id, definition.name, claimed.queue, claimed.attempt)
-        with running(attempt), soft_timeout(definition.timeout):
-            definition.func(*args, **kwargs)
+        with running(attempt), soft_timeout(alarm):
+            value = invocation.call(
+                definition.func, args, kwargs, timeout=definition.timeout, is_async=definition.is_async
+            )
+        return None, invocation.result_json(definition.name, value) if definition.store_result else None
     except BaseException as exc:
-        return exc
-    return None
+        return exc, None
 
 
 def run(
@@ -226,7 +232,7 @@ def run(
     claimed: Claimed,
     on_start: Callable[[float], None] | None = None,
     on_return: Callable[[], None] | None = None,
-) -> Outcome:
+) -> AttemptEnded:
     """Run one claimed attempt. Failures are settled here; a success is left for the caller to
     complete (it batches the completion with its next claim). ``on_start(timeout)`` runs just
     before the job's code, so a supervisor can arm its hard timeout; ``on_return()`` as soon as
@@ -242,19 +248,21 @@ def run(
     except (PayloadError, JobNotFound) as exc:
         ended = settle_failure(store, claimed, exc, name=name)
         publish(ended)
-        return ended.outcome
+        return ended
     if on_start is not None:
         on_start(definition.timeout)
     send(job_started, name, claimed)
     isolated("Counting a start", lambda: metrics.started(name, claimed.queue, queue_wait(claimed)))
-    error = _attempt(definition, args, kwargs, claimed)
+    error, result = _attempt(definition, args, kwargs, claimed)
     duration = time.perf_counter() - started
     if error is None and on_return is not None:
         on_return()
     isolated("Closing the job's database connections", db_hygiene)
     if error is None:
-        ended = _ended(store, claimed, name, Outcome.SUCCESS, duration, None)
+        ended = dataclasses.replace(
+            _ended(store, claimed, name, Outcome.SUCCESS, duration, None), result=result
+        )
     else:
         ended = settle_failure(store, claimed, error, name=name, duration=duration)
     publish(ended)
-    return ended.outcome
+    return ended

@@ -72,6 +72,7 @@ class AttemptEnded:
     history: Sequence[dict[str, Any]] = field(default=())
     bury: bool = False
     retry_in: float | None = None  # seconds until the next attempt, for a failure that will retry
+    result: str | None = None  # a success's return value as JSON, if its job keeps results
 
 
 Subscriber = Callable[[AttemptEnded], object]

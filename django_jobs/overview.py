@@ -16,9 +16,8 @@ from django.utils.safestring import SafeString
 from redis.exceptions import RedisError
 
 from . import inspect, registry, stats
-from .connections import get_connection, queue_configs
+from .connections import queue_configs
 from .models import DeadLetter, OutboxEntry
-from .store import job_key, scheduled_key
 
 #: Scheduled jobs looked at per queue to tell retries (attempt > 0) from delayed jobs.
 RETRY_SAMPLE = 200
@@ -123,39 +122,6 @@ def snapshot(now: dt.datetime | None = None) -> Overview:
     overview.outbox = OutboxEntry.objects.count()
     overview.jobs = _job_types(per_job, now)
     return overview
-
-
-@dataclass(frozen=True)
-class JobState:
-    status: str
-    queue: str
-    attempt: int
-    enqueued_at: str
-    started_at: str
-    ended_at: str
-    due: dt.datetime | None
-    """When a scheduled job (a retry, or a paced requeue) becomes due."""
-
-
-def job_state(job_id: str, queue: str) -> JobState | None:
-    """One job's hash as Redis holds it now; None once it has expired (``FINISHED_TTL`` after the end)."""
-    with get_connection(queue).pipeline(transaction=False) as pipe:
-        pipe.hmget(
-            job_key(job_id), ["status", "origin", "dj_attempt", "enqueued_at", "started_at", "ended_at"]
-        )
-        pipe.zscore(scheduled_key(queue), job_id)
-        (status, origin, attempt, enqueued, started, ended), due = pipe.execute()
-    if status is None:
-        return None
-    return JobState(
-        status=inspect.text(status),
-        queue=inspect.text(origin),
-        attempt=inspect.attempt(attempt),
-        enqueued_at=inspect.text(enqueued),
-        started_at=inspect.text(started),
-        ended_at=inspect.text(ended),
-        due=dt.datetime.fromtimestamp(due, dt.UTC) if due is not None else None,
-    )
 
 
 def bars(buckets: Sequence[stats.Tally], width: int = 6, height: int = 28) -> SafeString:

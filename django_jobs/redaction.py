@@ -68,9 +68,14 @@ def _shown(data: Any, job_name: str, indent: int) -> str:
     return json.dumps(redacted, indent=indent, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def shown(data: Any, job_name: str) -> str:
+    """Data of a job (its arguments, its result) as indented JSON for a page, redacted."""
+    return _shown(data, job_name, 2)
+
+
 def payload_json(entry: DeadLetter) -> str:
     """The entry's arguments as indented JSON, redacted. Tagged values (dates, decimals) stay tagged."""
-    return _shown({"args": entry.args, "kwargs": entry.kwargs}, entry.job_name, 2)
+    return shown({"args": entry.args, "kwargs": entry.kwargs}, entry.job_name)
 
 
 def _is_json(text: str) -> bool:

@@ -18,9 +18,10 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 from croniter import croniter
 
 from .conf import jobs_settings
-from .envelope import Call, JobHandle, Options
+from .envelope import Call, Options
 from .exceptions import ConfigurationError, JobNotFound
 from .policy import RetryPolicy
+from .results import JobHandle
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -72,6 +73,8 @@ class Job(Generic[P, R]):
     rate: tuple[int, float] | None = None
     cron: str | None = None
     cron_catch_up: str = "skip"
+    store_result: bool = False
+    is_async: bool = False
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """A plain call runs the function inline, as if it were not a job."""
@@ -109,15 +112,23 @@ class Job(Generic[P, R]):
         return self.options(database=database)
 
     def options(
-        self, *, database: str | None = None, delay: float = 0.0, unique_key: str = "", debounce: float = 0.0
+        self,
+        *,
+        database: str | None = None,
+        delay: float = 0.0,
+        unique_key: str = "",
+        debounce: float = 0.0,
+        queue: str = "",
     ) -> BoundJob[P, R]:
         """Enqueue with options: ``job.options(unique_key="sync:42", debounce=5).enqueue(42)``.
 
         ``unique_key``: at most one queued or running job per key; another enqueue meanwhile is
         dropped. With ``debounce`` (seconds) the job waits that long and a newer enqueue with the
-        same key within the window replaces it: the last one wins.
+        same key within the window replaces it: the last one wins. ``queue``: another queue than
+        the job's own (any ``runjobs`` serving it runs the job: workers look jobs up by name).
         """
-        return BoundJob(self, database, Options(delay=delay, unique_key=unique_key, debounce=debounce))
+        settings = Options(delay=delay, unique_key=unique_key, debounce=debounce, queue=queue)
+        return BoundJob(self, database, settings)
 
 
 @dataclass(frozen=True)
@@ -249,6 +260,7 @@ def job(
     rate: str | None = None,
     cron: str | None = None,
     cron_catch_up: str = "skip",
+    store_result: bool = False,
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -266,17 +278,16 @@ def job(
     rate: str | None = None,
     cron: str | None = None,
     cron_catch_up: str = "skip",
+    store_result: bool = False,
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a function as a job. ``timeout`` is required; ``retry`` defaults to ``JOBS["DEFAULT_RETRY"]``.
 
     ``concurrency`` caps how many run at once across every worker; ``rate`` ("10/s", "100/m") caps
     how many start per period. A job over either limit waits in the scheduled set without using an
     attempt or blocking a worker. ``cron`` ("*/5 * * * *") makes it periodic: every ``runjobs``
-    schedules it and each period fires once; ``cron_catch_up`` says what a period missed while no
-    scheduler ran gets: "skip" (nothing) or "once" (one late run).
-
-    Problems that do not depend on settings raise ``ValueError`` here, at import; an unknown
-    queue is reported by ``manage.py check`` and at the first enqueue.
+    schedules it and each period fires once; ``cron_catch_up``: "skip" or "once" (one late run)
+    for a period missed while no scheduler ran. ``store_result`` keeps the JSON return value for
+    ``JobHandle.result``. Problems that do not depend on settings raise ``ValueError`` at import.
     """
 
     def decorate(fn: Callable[P, R]) -> Job[P, R]:
@@ -295,6 +306,8 @@ def job(
             rate=limits[1],
             cron=_check_cron(job_name, fn, cron, cron_catch_up),
             cron_catch_up=cron_catch_up,
+            store_result=bool(store_result),
+            is_async=inspect.iscoroutinefunction(fn),
         )
         _register(definition)
         return definition

@@ -21,7 +21,7 @@ from .backends.capture import Captured, CapturedJob
 from .conf import jobs_settings
 from .connections import get_connection, queue_configs
 from .outcomes import Outcome
-from .store import Store
+from .store import Finished, Store
 
 __all__ = ["Captured", "CapturedJob", "capture_jobs", "immediate_jobs", "run_jobs"]
 
@@ -60,7 +60,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
     store.maintain(names)
     ran = 0
     limits = registry.limits_json()
-    finished: tuple[str, str] | None = None
+    finished: Finished | None = None
     while ran < limit:
         _, claimed = store.complete_and_claim(
             names,
@@ -74,9 +74,11 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
         if claimed is None:
             break
         ran += 1
-        outcome = execution.run(store, claimed)
-        finished = (claimed.token, claimed.queue) if outcome is Outcome.SUCCESS else None
+        ended = execution.run(store, claimed)
+        finished = (
+            Finished(claimed.token, claimed.queue, ended.result) if ended.outcome is Outcome.SUCCESS else None
+        )
     if finished is not None:
-        store.complete(*finished, jobs_settings.FINISHED_TTL)
+        store.complete(finished, jobs_settings.FINISHED_TTL)
     stats.flush(store.connection, every=0)
     return ran

@@ -19,6 +19,12 @@ def rq_noop(n: int) -> None:
     """The same no-op as a plain function, for RQ's workers."""
 
 
+@job(name="bench.noop_result", timeout=30, store_result=True)
+def noop_result(n: int) -> dict[str, int]:
+    """Does nothing but return a small result: measures what keeping results costs."""
+    return {"n": n}
+
+
 @job(name="bench.write_once", timeout=30)
 def write_once(key: str, n: int) -> None:
     """One real database write, done at most once per key."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from .. import payload, registry
+from .. import invocation, payload, registry
 from ..envelope import Envelope
 from . import deferral
 
@@ -14,7 +14,10 @@ from . import deferral
 def _run(envelopes: Sequence[Envelope]) -> None:
     for envelope in envelopes:
         name, args, kwargs = payload.loads(envelope.data)
-        registry.get(name).func(*args, **kwargs)
+        job = registry.get(name)
+        value = invocation.call(job.func, args, kwargs, timeout=job.timeout, is_async=job.is_async)
+        if job.store_result:
+            invocation.result_json(name, value)  # a value the worker could not store fails here too
 
 
 def deliver(envelopes: Sequence[Envelope], alias: str | None, using: str | None) -> None:

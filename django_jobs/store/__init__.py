@@ -16,7 +16,7 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import Beat, CancelResult, Claimed, Pushable, Settled, Store, VanishedId, load
+from .machine import Beat, CancelResult, Claimed, Finished, Pushable, Settled, Store, VanishedId, load
 from .record import (
     JOB_ID,
     JobRecord,
@@ -43,6 +43,7 @@ __all__ = [
     "Beat",
     "CancelResult",
     "Claimed",
+    "Finished",
     "JobRecord",
     "Pushable",
     "Settled",

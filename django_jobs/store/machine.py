@@ -111,6 +111,16 @@ class VanishedId:
 
 
 @dataclass(frozen=True)
+class Finished:
+    """A job that ran to success, for the next claim to complete: its lease token, its queue, and
+    its return value as JSON if its job keeps results."""
+
+    token: str
+    queue: str
+    result: str | None = None
+
+
+@dataclass(frozen=True)
 class Claimed:
     """A job this worker now holds a lease on; ``record`` is its hash as the claim found it."""
 
@@ -187,6 +197,7 @@ class Store:
         self._due = load(connection, "due")
         self._defer = load(connection, "defer")
         self._cancel = load(connection, "cancel")
+        self._move_aside = load(connection, "move_aside")
 
     @classmethod
     def of(cls, connection: Redis) -> Store:
@@ -219,7 +230,7 @@ class Store:
         self,
         queues: Sequence[str],
         *,
-        finished: tuple[str, str] | None,
+        finished: Finished | None,
         worker_name: str,
         lease_seconds: float,
         nonce: str,
@@ -227,20 +238,21 @@ class Store:
         limits: str = "{}",
         limit_wait: float = 0.5,
     ) -> tuple[bool, Claimed | None]:
-        """Finish ``(token, queue)`` if given, then claim the next job, in one round trip.
+        """Complete ``finished`` if given, then claim the next job, in one round trip.
 
         ``limits`` is the JSON of ``registry.limits_json``; a job over its limit is deferred, not claimed.
         """
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         layout, limit_arg = _claim_layout(tuple(queues), limits)
-        token, done_queue = finished or ("", "")
-        done = [keys.wip_key(done_queue), keys.job_key(split_token(token))] if token else []
+        token = finished.token if finished else ""
+        done = [keys.wip_key(finished.queue), keys.job_key(split_token(token))] if finished else []
+        result = (finished.result or "") if finished else ""
         args: list[str | float] = [token, len(queues), stamp, finished_ttl, worker_name, lease_seconds, stamp]
-        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, *queues]
+        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, *queues, result]
         reply = self._complete_and_claim(keys=layout + done, args=args + tail)
         ok = bool(reply[0])
         while len(reply) == 2:  # it deferred a batch of limited jobs: look behind them
-            reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail])
+            reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail[:-1], ""])
         if len(reply) == 1:
             return ok, None
         number, job_id, token_b, flat = reply[1:]
@@ -249,10 +261,10 @@ class Store:
         record = JobRecord(job_id.decode(), fields)
         return ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record)
 
-    def complete(self, token: str, queue: str, finished_ttl: int) -> bool:
+    def complete(self, finished: Finished, finished_ttl: int) -> bool:
         """Mark one attempt finished, claiming nothing (the hot path completes inside the next claim)."""
         ok, _ = self.complete_and_claim(
-            [], finished=(token, queue), worker_name="", lease_seconds=0, nonce="", finished_ttl=finished_ttl
+            [], finished=finished, worker_name="", lease_seconds=0, nonce="", finished_ttl=finished_ttl
         )
         return ok
 
@@ -344,6 +356,11 @@ class Store:
         """Put one member of LOST, DYING or VANISHED behind the others, so a scan's head always moves on."""
         self._defer(keys=[key], args=[member, seconds])
 
+    def move_aside(self, key: str, moved: str, kind: str) -> bool:
+        """Rename a structure key to ``moved`` (see ``keys.quarantine_key``) if it still has the wrong
+        type ``kind``; False if someone fixed it meanwhile."""
+        return bool(self._move_aside(keys=[key, moved], args=[kind]))
+
     def vanished(self, limit: int = 100) -> list[VanishedId]:
         """Ids the claim found without a hash that are due, oldest first (a deferred one waits)."""
         found = []
@@ -374,6 +391,11 @@ class Store:
             return JobRecord(name, self.job_fields(job_id))
         except ResponseError as exc:  # not a hash: keep what Redis says about it
             return JobRecord.unreadable(name, str(exc))
+
+    def due_at(self, job_id: str, queue: str) -> float | None:
+        """When a scheduled job (a retry, a delayed or a limit-deferred job) is due, Unix time."""
+        score = self.connection.zscore(keys.scheduled_key(queue), job_id)
+        return float(score) if score is not None else None
 
     def job_fields(self, job_id: str | bytes) -> dict[str, bytes]:
         """The job hash; field names that are not UTF-8 come back as :func:`to_text` strings."""

@@ -21,8 +21,8 @@ from redis.exceptions import RedisError
 
 from .. import execution, registry, stats
 from ..conf import jobs_settings
-from ..outcomes import Outcome
-from ..store import Claimed, Store, wake_key
+from ..outcomes import AttemptEnded, Outcome
+from ..store import Claimed, Finished, Store, wake_key
 from .guard import ClaimBoard
 
 logger = logging.getLogger("django_jobs.worker")
@@ -79,7 +79,7 @@ class WorkProcess:
         store = Store.of(self.connection)
         parent = os.getppid()
         nonce_base = uuid.uuid4().hex[:12]
-        finished: tuple[str, str] | None = None
+        finished: Finished | None = None
         limits = registry.limits_json()  # the registry is complete once Django is set up
         done = 0
         backoff = 0.1
@@ -117,19 +117,19 @@ class WorkProcess:
             if self.max_jobs and done >= self.max_jobs:
                 self.stopping = True
 
-    def _attempt(self, store: Store, claimed: Claimed, sent: int) -> tuple[str, str] | None:
+    def _attempt(self, store: Store, claimed: Claimed, sent: int) -> Finished | None:
         """Run one claimed job under the lease guard; returns what the next claim completes."""
         self._post(sent)  # before anything else: from now on the lease guard watches this attempt
 
         def arm(timeout: float) -> None:
             self._report(f"S {claimed.token} {claimed.queue} {time.monotonic() + timeout:.3f} {sent}")
 
-        outcome = self._run(store, claimed, arm)
+        ended = self._run(store, claimed, arm)
         self._post(0)  # the job's code is done: nothing left to kill for
         self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
-        if outcome is Outcome.SUCCESS:
+        if ended is not None and ended.outcome is Outcome.SUCCESS:
             self._report("C")  # ran; keep the lease alive until the completion lands
-            return (claimed.token, claimed.queue)
+            return Finished(claimed.token, claimed.queue, ended.result)
         self._report("D")
         return None
 
@@ -142,7 +142,7 @@ class WorkProcess:
             return True  # cannot tell: keep trying, as the claim loop does
         return due is not None and due <= self.burst_wait
 
-    def _run(self, store: Store, claimed: Claimed, arm: Callable[[float], None]) -> Outcome:
+    def _run(self, store: Store, claimed: Claimed, arm: Callable[[float], None]) -> AttemptEnded | None:
         """Run one job. Whatever escapes (Redis down while settling, or a fault in the settling
         itself) costs this attempt, not the process: the lease expires and the job is retried."""
         try:
@@ -152,7 +152,7 @@ class WorkProcess:
             logger.warning("Redis unavailable while settling job %s (%s)", claimed.id, exc)
         except BaseException:
             logger.exception("Could not settle job %s; it will be retried once its lease expires", claimed.id)
-        return Outcome.LOST
+        return None
 
     def _wait(self) -> None:
         """Block until a wake token arrives or a second passes; the token itself carries nothing."""

@@ -23,6 +23,7 @@ from ..store import (
     LOST,
     QUEUES_SET,
     VANISHED,
+    Store,
     keys,
     queue_key,
     scheduled_key,
@@ -88,13 +89,4 @@ def _quarantine_key(connection: Redis, key: str, kind: str, want: str) -> None:
     )
     fields = {"moved_to": moved.encode(), "type": kind.encode()}
     deadletter.quarantine(failure, fields, source="redis key", member=key.encode())
-    # Renamed only if still of that type: someone may have fixed it meanwhile.
-    connection.eval(_MOVE_IF_TYPE, 2, key, moved, kind)
-
-
-# Rename KEYS[1] to KEYS[2] only if it still has the wrong type ARGV[1]; 1 if it did.
-_MOVE_IF_TYPE = """
-if redis.call('TYPE', KEYS[1])['ok'] ~= ARGV[1] then return 0 end
-redis.call('RENAME', KEYS[1], KEYS[2])
-return 1
-"""
+    Store.of(connection).move_aside(key, moved, kind)

@@ -25,7 +25,7 @@ from .. import execution, metrics, outcomes, stats
 from ..conf import jobs_settings
 from ..exceptions import JobCancelled, JobTimeout, WorkerLost
 from ..logs import redis_location
-from ..store import Claimed, Settled, Store, keys, rq_timestamp, split_token
+from ..store import Claimed, Finished, Settled, Store, keys, rq_timestamp, split_token
 from .guard import ClaimBoard, Heartbeat, LeaseGuard
 from .maintenance import Maintenance
 from .process import BURST_WAIT, WorkProcess, die_with_parent
@@ -248,7 +248,8 @@ class Supervisor:
                     outcomes.publish(execution.cancelled(self.store, self._claimed(slot), stopped))
                 return
             if slot.deadline is None or slot.returned:  # it succeeded; only the completion was missing
-                self.store.complete(slot.token, slot.queue, jobs_settings.FINISHED_TTL)
+                # the return value died with the process: the job is finished without its result
+                self.store.complete(Finished(slot.token, slot.queue), jobs_settings.FINISHED_TTL)
                 return
             outcomes.publish(execution.settle_failure(self.store, self._claimed(slot), self._ending(slot)))
         except Exception as error:  # Redis down, or anything else: never fatal to runjobs

@@ -249,12 +249,15 @@ def views(entry):
     """(method, url, data, permission) for every view and action of the dashboard."""
     change = reverse("admin:django_jobs_deadletter_change", args=[entry.pk])
     matching = reverse("admin:django_jobs_deadletter_requeue_matching")
+    find = f"{reverse('admin:django_jobs_deadletter_find_job')}?id={entry.job_id}"
     return [
         ("get", reverse(CHANGELIST), {}, "view_deadletter"),
         ("get", change, {}, "view_deadletter"),
         ("get", reverse("admin:django_jobs_deadletter_groups"), {}, "view_deadletter"),
         ("get", reverse("admin:django_jobs_deadletter_history", args=[entry.pk]), {}, "view_deadletter"),
         ("get", reverse("admin:django_jobs_overview"), {}, "view_queue_overview"),
+        ("get", reverse("admin:django_jobs_deadletter_job", args=[entry.job_id]), {}, "view_deadletter"),
+        ("get", find, {}, "view_deadletter"),
         ("get", matching, {}, "requeue_deadletter"),
         ("post", matching, {"through": entry.pk}, "requeue_deadletter"),
         ("post", reverse("admin:django_jobs_deadletter_requeue", args=[entry.pk]), {}, "requeue_deadletter"),
@@ -300,7 +303,7 @@ def test_nothing_changes_on_get(client, redis_db):
         reverse("admin:django_jobs_deadletter_discard", args=[entry.pk]),
     ]
     for url in urls:
-        assert client.get(url).status_code in (200, 405), url
+        assert client.get(url).status_code in (200, 302, 405), url
     assert list(DeadLetter.objects.order_by("pk").values()) == before
     assert not LogEntry.objects.exclude(change_message__startswith="Requeued as job").exists()
     assert sorted(redis_db.keys()) == keys_before
@@ -417,7 +420,7 @@ def test_requeued_and_failed_again_entries_link_to_each_other(client, redis_db):
     assert reverse("admin:django_jobs_deadletter_change", args=[first.pk]) in page
     job = client.get(reverse("admin:django_jobs_deadletter_job", args=[first.requeued_job_id]))
     assert job.context["died"] == second and job.context["origin"] == first
-    assert job.context["state"].status == "failed" and job.context["state"].attempt == 3
+    assert job.context["state"].status == "failed" and job.context["state"].attempts == 3
 
 
 def test_the_job_page_shows_a_paced_requeue_as_scheduled(client, redis_db, settings):
@@ -427,5 +430,30 @@ def test_the_job_page_shows_a_paced_requeue_as_scheduled(client, redis_db, setti
     later = DeadLetter.objects.get(pk=entries[1].pk)
     operator(client, "view_deadletter")
     job = client.get(reverse("admin:django_jobs_deadletter_job", args=[later.requeued_job_id]))
-    assert job.context["state"].status == "scheduled" and job.context["state"].due is not None
+    assert job.context["state"].status == "scheduled" and job.context["state"].due_at is not None
     assert client.get(reverse("admin:django_jobs_deadletter_job", args=["not-linked"])).status_code == 404
+
+
+def test_the_job_page_shows_any_job_with_its_result_and_errors_and_hides_the_payload_without_permission(
+    client, redis_db
+):
+    from django_jobs.testing import run_jobs
+    from tests.conftest import wait_for
+    from tests.testapp import jobs
+
+    handle = jobs.compute.enqueue("secret-key", failures=1)
+    wait_for(lambda: run_jobs() >= 0 and handle.status == "finished")
+    url = reverse("admin:django_jobs_deadletter_job", args=[handle.id])
+    operator(client, "view_deadletter")
+    page = client.get(url)
+    assert page.status_code == 200 and page.context["state"].attempts == 2
+    html = page.content.decode()
+    assert "tests.compute" in html and "builtins.ConnectionError" in html and "flaky upstream" in html
+    assert "secret-key" not in html and "Hidden: seeing payloads" in html  # arguments and result
+    operator(client, "view_deadletter", "view_deadletter_payload", username="payload-op")
+    html = client.get(url).content.decode()
+    assert "secret-key" in html and "2.5" in html  # the arguments and the result
+    found = client.get(reverse("admin:django_jobs_deadletter_find_job") + f"?id={handle.id}")
+    assert found.status_code == 302 and found["Location"] == url
+    assert client.get(reverse("admin:django_jobs_deadletter_find_job") + "?id=no%20such").status_code == 404
+    assert client.get(reverse("admin:django_jobs_deadletter_job", args=["unknownid"])).status_code == 404

@@ -22,7 +22,7 @@ from django_jobs.execution import settle_failure
 from django_jobs.models import DeadLetter
 from django_jobs.outcomes import Outcome
 from django_jobs.signals import job_cancelled, job_failed
-from django_jobs.store import LEASES, Claimed, Settled, Store, parse_rq_timestamp
+from django_jobs.store import LEASES, Claimed, Finished, Settled, Store, parse_rq_timestamp
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
@@ -124,7 +124,7 @@ def test_a_job_deferred_by_its_concurrency_limit_is_cancelled(redis_db):
     assert redis_db.zscore("rq:scheduled:default", second.id) is not None
     assert cancel(second.id) is CancelResult.CANCELLED
     assert redis_db.zscore("rq:scheduled:default", second.id) is None
-    store.complete(holding.token, holding.queue, 60)
+    store.complete(Finished(holding.token, holding.queue), 60)
     time.sleep(0.6)  # past the deferral
     assert run_jobs() == 0
     assert status(redis_db, second.id) == b"canceled"
@@ -195,6 +195,7 @@ def test_a_running_job_is_asked_and_its_heartbeat_reports_the_request(redis_db):
     assert cancel(handle.id) is CancelResult.REQUESTED
     requested = redis_db.hget(f"rq:job:{handle.id}", "dj_cancel")
     assert parse_rq_timestamp(requested) is not None
+    assert handle.state().cancel_requested_at == parse_rq_timestamp(requested)  # readers see the request
     assert status(redis_db, handle.id) == b"started"  # it runs until it stops or is killed
     assert cancel(handle.id) is CancelResult.REQUESTED  # asking again changes nothing
     assert redis_db.hget(f"rq:job:{handle.id}", "dj_cancel") == requested
@@ -294,14 +295,14 @@ def test_a_completion_that_lands_first_wins_and_the_cancel_changes_nothing(redis
     store = Store(redis_db)
     handle = jobs.record.enqueue("first")
     claimed = claimed_one(store, handle.id)
-    assert store.complete(claimed.token, claimed.queue, 60)
+    assert store.complete(Finished(claimed.token, claimed.queue), 60)
     assert cancel(handle.id) is CancelResult.ALREADY_ENDED
     assert status(redis_db, handle.id) == b"finished"
 
     asked = jobs.record.enqueue("asked")
     claimed = claimed_one(store, asked.id, "m")
     assert cancel(asked.id) is CancelResult.REQUESTED
-    assert store.complete(claimed.token, claimed.queue, 60)  # the completion lands first
+    assert store.complete(Finished(claimed.token, claimed.queue), 60)  # the completion lands first
     late = store.fail(claimed.token, claimed.queue, delay=None, fields={}, finished_ttl=60, cancel=True)
     assert late is Settled.FENCED  # the cancel's settling comes too late
     assert status(redis_db, asked.id) == b"finished"
@@ -315,7 +316,9 @@ def test_a_cancel_settled_first_wins_and_the_late_completion_is_refused(redis_db
     assert cancel(handle.id) is CancelResult.REQUESTED
     settled = store.fail(claimed.token, claimed.queue, delay=None, fields={}, finished_ttl=60, cancel=True)
     assert settled is Settled.CANCELLED
-    assert store.complete(claimed.token, claimed.queue, 60) is False  # fenced off by its lease token
+    assert (
+        store.complete(Finished(claimed.token, claimed.queue), 60) is False
+    )  # fenced off by its lease token
     assert status(redis_db, handle.id) == b"canceled"
     assert redis_db.zscore(LEASES, claimed.token) is None
     assert redis_db.zscore("rq:wip:default", claimed.token) is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import redis
 from django.db import connections, transaction
@@ -213,3 +215,18 @@ def test_enqueue_in_schedules_and_maintenance_promotes_when_due(redis_db):
     time.sleep(0.25)
     assert store.maintain(["default"]) == (0, 1)
     assert queued(redis_db) == [handle.id]
+
+
+@pytest.mark.parametrize("in_transaction", [False, True], ids=["now", "after commit"])
+def test_a_job_can_be_sent_to_another_queue_than_its_own(redis_db, in_transaction):
+    with transaction.atomic() if in_transaction else contextlib.nullcontext():
+        handle = jobs.record.options(queue="emails").enqueue("elsewhere")
+    assert handle.queue == "emails"
+    assert queued(redis_db, "emails") == [handle.id] and queued(redis_db) == []
+    run_jobs(["emails"])
+    assert SideEffect.objects.filter(key="elsewhere").count() == 1
+
+
+def test_an_unknown_queue_for_one_enqueue_is_a_clear_error(redis_db):
+    with pytest.raises(ConfigurationError, match=r"Queue 'nowhere' is not in settings\.RQ_QUEUES"):
+        jobs.record.options(queue="nowhere").enqueue("x")

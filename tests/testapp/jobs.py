@@ -323,6 +323,56 @@ def note_context(key: str, failures: int = 0) -> None:
         raise ConnectionError("flaky upstream")
 
 
+ONCE = RetryPolicy(max_attempts=1, base=0.05, factor=1, max_delay=0.05)
+
+
+@job(name="tests.compute", timeout=10, retry=FAST, store_result=True)
+def compute(key: str, failures: int = 0) -> dict[str, object]:
+    """Fails its first ``failures`` attempts, then returns a JSON value."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    if SideEffect.objects.filter(key=f"attempt:{key}").count() <= failures:
+        raise ConnectionError("flaky upstream")
+    return {"key": key, "values": [1, 2.5, None, True]}
+
+
+@job(name="tests.not_json", timeout=10, retry=FAST, store_result=True)
+def not_json(key: str) -> object:
+    SideEffect.objects.create(key=f"attempt:{key}")
+    return {1, 2}  # a set is not JSON
+
+
+@job(name="tests.async_compute", timeout=5, retry=FAST, store_result=True)
+async def async_compute(key: str, delay: float = 0.0) -> dict[str, object]:
+    """An async job: awaits, writes through the async ORM, and sees its attempt."""
+    import asyncio
+
+    from django_jobs import current_job
+
+    await asyncio.sleep(delay)
+    await SideEffect.objects.acreate(key=key)
+    attempt = current_job()
+    return {"key": key, "attempt": attempt.attempt if attempt else None}
+
+
+@job(name="tests.async_overrun", timeout=0.5, retry=ONCE)
+async def async_overrun(key: str) -> None:
+    """Awaits far past its timeout: cancelled on its event loop."""
+    import asyncio
+
+    from django_jobs.connections import get_connection
+
+    try:
+        await asyncio.sleep(30)
+    finally:  # runs: the cancel unwinds the coroutine (the sync ORM is off limits on an event loop)
+        get_connection("default").rpush("tests:async_unwound", key)
+
+
+@job(name="tests.async_blocks", timeout=0.5, retry=ONCE)
+async def async_blocks(key: str) -> None:
+    """Blocks its event loop with sync code past its timeout: only the alarm or the kill stops it."""
+    time.sleep(30)
+
+
 # --- Cancellation -----------------------------------------------------------------------------------
 
 

@@ -84,11 +84,11 @@ def test_the_public_names_are_exported():
     from django_jobs import JobHandle, Page, chain, claim_key
     from django_jobs.chains import Page as ChainsPage
     from django_jobs.chains import chain as chains_chain
-    from django_jobs.envelope import JobHandle as EnvelopeJobHandle
     from django_jobs.idempotency import claim_key as idempotency_claim_key
+    from django_jobs.results import JobHandle as ResultsJobHandle
 
     assert (JobHandle, Page, chain, claim_key) == (
-        EnvelopeJobHandle, ChainsPage, chains_chain, idempotency_claim_key,
+        ResultsJobHandle, ChainsPage, chains_chain, idempotency_claim_key,
     )  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)

@@ -6,7 +6,8 @@
 -- ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
 -- ARGV[9] JSON {job name or alias: [concurrency, rate count, rate period, index of its slot key or 0,
 -- rate counter prefix]} (slots and rate windows are keyed by the canonical name, so aliases share them),
--- ARGV[10] seconds a limited job waits, ARGV[11] the job hash prefix, ARGV[11 + n] the name of queue n.
+-- ARGV[10] seconds a limited job waits, ARGV[11] the job hash prefix, ARGV[11 + n] the name of queue n,
+-- and last, the finished job's return value as JSON, or '' (not kept).
 -- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), and a rate
 -- counter (its name holds the window, from Redis time); both built from prefixes in ARGV, on this server.
 -- The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
@@ -22,6 +23,7 @@ if ARGV[1] ~= '' then
     finished = 1
     redis.call('ZREM', KEYS[#KEYS - 1], ARGV[1])
     redis.call('HSET', KEYS[#KEYS], 'status', '${FINISHED}', 'ended_at', ARGV[3])
+    if ARGV[#ARGV] ~= '' then redis.call('HSET', KEYS[#KEYS], 'dj_result', ARGV[#ARGV]) end
     redis.call('EXPIRE', KEYS[#KEYS], ARGV[4])
   end
 end
@@ -86,10 +88,11 @@ for n = 1, tonumber(ARGV[2]) do
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
       must(list, id, 'ZADD', dying, now, id)
     elseif #fields > 0 then
-      local attempt, name = 0, ''
+      local attempt, name, workers = 0, '', nil
       for i = 1, #fields, 2 do
         if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
-        elseif fields[i] == 'description' then name = fields[i + 1] end
+        elseif fields[i] == 'description' then name = fields[i + 1]
+        elseif fields[i] == 'dj_workers' then workers = fields[i + 1] end
       end
       local limit = limit_of(name)
       local checked, wait = pcall(blocked, limit)
@@ -102,8 +105,11 @@ for n = 1, tonumber(ARGV[2]) do
       else
         local token = id .. ':' .. ARGV[8]
         must(list, id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
+        -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
+        workers = workers and string.sub(workers .. '\n' .. ARGV[5], -4096) or ARGV[5]
         redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
-                   'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1)
+                   'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1, 'dj_workers', workers)
+        if attempt == 0 then redis.call('HSET', key, 'dj_first_started', ARGV[7]) end
         redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
         if limit and limit[1] > 0 then
           redis.pcall('ZADD', KEYS[limit[4]], now, token)

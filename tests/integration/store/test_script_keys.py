@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from django_jobs import alerts
-from django_jobs.store import LEASES, CancelResult, Settled, Store
+from django_jobs.store import LEASES, CancelResult, Finished, Settled, Store
 from django_jobs.store.machine import load
 from django_jobs.testing import run_jobs
 from tests.conftest import wait_for
@@ -113,7 +113,7 @@ def _every_transition(client: redis.Redis) -> None:
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="m", finished_ttl=60
     )
     assert claimed is not None
-    store.complete(claimed.token, claimed.queue, 60)
+    store.complete(Finished(claimed.token, claimed.queue), 60)
     _cancel_transitions(store)
     client.zadd(LEASES, {"gone:x": 0})
     store.maintain(["default"])
