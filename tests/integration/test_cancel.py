@@ -22,7 +22,7 @@ from django_jobs.execution import settle_failure
 from django_jobs.models import DeadLetter
 from django_jobs.outcomes import Outcome
 from django_jobs.signals import job_cancelled, job_failed
-from django_jobs.store import LEASES, Claimed, Finished, Settled, Store, parse_rq_timestamp
+from django_jobs.store import LEASES, Beat, Claimed, Finished, Settled, Store, parse_rq_timestamp
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
@@ -204,6 +204,18 @@ def test_a_running_job_is_asked_and_its_heartbeat_reports_the_request(redis_db):
     redis_db.zrem(LEASES, claimed.token)
     beat = store.heartbeat([claimed.token], 30)
     assert (beat.gone, beat.cancelled) == ({claimed.token}, set())  # a lease gone: nothing to stop
+
+
+def test_a_running_job_whose_hash_became_garbage_still_has_its_lease_renewed(redis_db):
+    store = Store(redis_db)
+    handle = jobs.record.enqueue("garbled")
+    claimed = claimed_one(store, handle.id)
+    redis_db.delete(f"rq:job:{handle.id}")
+    redis_db.set(f"rq:job:{handle.id}", "not a hash")  # the cancel check must not fail the heartbeat
+    before = redis_db.zscore(LEASES, claimed.token)
+    time.sleep(0.01)
+    assert store.heartbeat([claimed.token], 30) == Beat(set(), set())
+    assert redis_db.zscore(LEASES, claimed.token) > before
 
 
 def test_a_job_that_stops_as_asked_ends_cancelled_never_retried_nor_dead_lettered(redis_db, heard, caplog):

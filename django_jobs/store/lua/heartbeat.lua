@@ -9,7 +9,7 @@ for i = 2, #ARGV do
   if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[1]), ARGV[i]) == 0
      and not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
     table.insert(gone, ARGV[i])
-  elseif redis.call('HEXISTS', KEYS[i], 'dj_cancel') == 1 then
+  elseif redis.pcall('HEXISTS', KEYS[i], 'dj_cancel') == 1 then  -- pcall: a garbage key stops no renewal
     table.insert(cancel, ARGV[i])
   end
 end
