@@ -5,18 +5,22 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .cancellation import cancel, cancel_requested
 from .context import JobContext
 from .context import current as current_job
-from .exceptions import JobDoesNotExist, JobsError, PayloadError, PermanentError, ResultError
+from .exceptions import JobCancelled, JobDoesNotExist, JobsError, PayloadError, PermanentError, ResultError
 from .idempotency import claim, claim_key, idempotent
 from .policy import RetryPolicy
 from .registry import job
 from .results import JobError, JobHandle, JobState, get_job
+from .store import CancelResult
 
 if TYPE_CHECKING:
     from .chains import Page, chain
 
 __all__ = [
+    "CancelResult",
+    "JobCancelled",
     "JobContext",
     "JobDoesNotExist",
     "JobError",
@@ -28,6 +32,8 @@ __all__ = [
     "PermanentError",
     "ResultError",
     "RetryPolicy",
+    "cancel",
+    "cancel_requested",
     "chain",
     "claim",
     "claim_key",

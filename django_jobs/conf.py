@@ -51,6 +51,9 @@ class JobsSettings:
     LEASE_SECONDS: float = 10
     # Seconds between a job's soft timeout (exception in the job) and the hard kill of its process.
     TIMEOUT_GRACE: float = 5
+    # Seconds a running job whose cancel was requested has to stop by itself (polling cancel_requested())
+    # before runjobs kills its process; counted from when its supervisor learns of the request.
+    CANCEL_GRACE: float = 10
     # Seconds runjobs waits for the running jobs to finish after SIGTERM before handing them back.
     SHUTDOWN_GRACE: float = 25
     # Seconds an idempotency key is kept; must outlive the longest retry window.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
@@ -55,3 +56,17 @@ def get_connection(queue: str, socket_timeout: float | None = None) -> Redis:
             kwargs["health_check_interval"] = 30
             _cache[key] = client
         return client
+
+
+def servers(queue: str | None = None) -> Iterator[Redis]:
+    """The connection of ``queue``'s Redis or, without a queue, one per Redis server that the
+    configured queues live on: where to look for a job known only by its id."""
+    if queue is not None:
+        yield get_connection(queue)
+        return
+    seen: set[str] = set()
+    for name in queue_configs():
+        identity = connection_identity(name)
+        if identity not in seen:
+            seen.add(identity)
+            yield get_connection(name)

@@ -40,6 +40,11 @@ class JobTimeout(JobsError):
     """The job ran past its timeout."""
 
 
+class JobCancelled(JobsError):
+    """The job was cancelled. Raise it from a job once ``cancel_requested()`` is True: the attempt ends
+    cancelled, never retried and never dead-lettered."""
+
+
 class ConfigurationError(JobsError, ImproperlyConfigured):
     """django_jobs is misconfigured; ``manage.py check`` says how."""
 

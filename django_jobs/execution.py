@@ -18,14 +18,15 @@ from django.db import connections, reset_queries
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import invocation, metrics, payload, registry
+from .conf import jobs_settings
 from .context import JobContext, running
-from .exceptions import JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
+from .exceptions import JobCancelled, JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
 from .logs import exception_path, exception_text, exception_traceback
 from .models import DeadLetter
 from .outcomes import AttemptEnded, Judgement, Outcome, isolated, publish, send
 from .policy import Verdict, classify
 from .signals import job_started
-from .store import Claimed, Store
+from .store import Claimed, Settled, Store
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -74,6 +75,23 @@ def _retry_outcome(exc: BaseException, lost: bool) -> Outcome:
     return Outcome.TIMEOUT if isinstance(exc, JobTimeout) else Outcome.RETRY
 
 
+def _plan(
+    exc: BaseException,
+    claimed: Claimed,
+    failed: Judgement,
+    definition: registry.Job[Any, Any] | None,
+    lost: bool,
+) -> tuple[float | None, Outcome]:
+    """What to ask of the store: (seconds until the retry, or None) and the outcome that reports."""
+    if isinstance(exc, JobCancelled):
+        return None, Outcome.CANCELLED
+    if failed.verdict is Verdict.RETRY and definition is not None:
+        # A lost worker's job goes straight back: the crash was not the job's failure to back off from.
+        delay = 0.0 if isinstance(exc, WorkerLost) else definition.policy.delay(claimed.attempt)
+        return delay, _retry_outcome(exc, lost)
+    return None, Outcome.DEAD
+
+
 def settle_failure(
     store: Store,
     claimed: Claimed,
@@ -83,9 +101,11 @@ def settle_failure(
     name: str | None = None,
     duration: float | None = None,
 ) -> AttemptEnded:
-    """Retry with backoff or move to "dying" for dead-lettering, and return the attempt's end for
-    the caller to :func:`~django_jobs.outcomes.publish` (whose dead-letter subscriber writes the row).
-    ``lost``: the lease already moved to LOST (worker died). ``name`` defaults to the job hash's."""
+    """Retry with backoff, move to "dying" for dead-lettering, or end cancelled (``JobCancelled``, or
+    any failure once the job's cancel was requested: the store decides, atomically), and return the
+    attempt's end for the caller to :func:`~django_jobs.outcomes.publish` (whose dead-letter
+    subscriber writes the row). ``lost``: the lease already moved to LOST (worker died). ``name``
+    defaults to the job hash's."""
     definition = _definition(claimed)
     failed = _judge(exc, claimed, definition)
     history = _history(claimed, failed)
@@ -96,24 +116,29 @@ def settle_failure(
         "dj_exception": failed.exception,
         "dj_message": failed.message[:2000],
     }
-    known = definition.name if definition else "(unknown)"
-    delay: float | None = None
-    outcome = Outcome.DEAD
-    if failed.verdict is Verdict.RETRY and definition is not None:
-        # A lost worker's job goes straight back: the crash was not the job's failure to back off from.
-        delay = 0.0 if isinstance(exc, WorkerLost) else definition.policy.delay(claimed.attempt)
-        outcome = _retry_outcome(exc, lost)
-    settled = store.fail(claimed.token, claimed.queue, delay=delay, fields=fields, lost=lost)
-    if not settled:
+    delay, outcome = _plan(exc, claimed, failed, definition, lost)
+    settled = store.fail(
+        claimed.token, claimed.queue, delay=delay, fields=fields, lost=lost,
+        cancel=outcome is Outcome.CANCELLED, finished_ttl=jobs_settings.FINISHED_TTL,
+    )  # fmt: skip
+    if settled is Settled.FENCED:
         logger.warning(
             "Job %s %s: attempt %d was fenced off; another attempt owns it now.",
-            known,
+            definition.name if definition else "(unknown)",
             claimed.id,
             claimed.attempt,
         )
+    elif settled is Settled.CANCELLED:
+        outcome = Outcome.CANCELLED
     reported = name if name is not None else claimed.record.name
-    bury, retry_in = settled and delay is None, delay if settled else None
+    bury, retry_in = settled is Settled.DONE and delay is None, delay if settled is Settled.DONE else None
     return _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in)
+
+
+def cancelled(store: Store, claimed: Claimed, exc: BaseException) -> AttemptEnded:
+    """The end of an attempt the store already settled as cancelled outside the work process (a job
+    handed back at shutdown whose cancel had been requested)."""
+    return _ended(store, claimed, claimed.record.name, Outcome.CANCELLED, None, exc)
 
 
 def _ended(

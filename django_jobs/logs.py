@@ -21,7 +21,7 @@ from .store import Claimed
 
 logger = logging.getLogger("django_jobs.worker")
 
-_LEVELS = {"success": logging.INFO, "dead": logging.ERROR}
+_LEVELS = {"success": logging.INFO, "cancelled": logging.INFO, "dead": logging.ERROR}
 
 
 def exception_path(exc: BaseException) -> str:
@@ -74,7 +74,7 @@ def log_outcome(
     outcome: str, name: str, claimed: Claimed, duration: float, exc: BaseException | None = None
 ) -> None:
     """Log how one attempt ended (``outcome`` is an ``outcomes.Outcome``); failures are WARNING,
-    dead letters ERROR."""
+    dead letters ERROR, a cancel (asked for) INFO."""
     level = _LEVELS.get(str(outcome), logging.WARNING)
     if not logger.isEnabledFor(level):
         return  # the line would be dropped: skip building it, on every job

@@ -23,7 +23,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 JOBS_TOTAL = Counter(
     "django_jobs_jobs",
-    "Job attempts by outcome (success, retry, dead, timeout, lost).",
+    "Job attempts by outcome (success, retry, dead, timeout, lost, cancelled).",
     ["job", "queue", "outcome"],
 )
 DURATION = Histogram(
@@ -101,7 +101,7 @@ def finished(job: str, queue: str, outcome: str, duration: float) -> None:
 
 
 def settled(job: str, queue: str, outcome: str) -> None:
-    """An outcome decided outside the work process (hard timeout, lost worker)."""
+    """An outcome decided outside the work process (hard timeout, lost worker, a cancel's kill)."""
     JOBS_TOTAL.labels(job, queue, outcome).inc()
 
 

@@ -24,7 +24,7 @@ from django.dispatch import Signal
 from . import metrics, stats
 from .logs import log_outcome
 from .policy import Verdict
-from .signals import job_failed, job_retrying, job_succeeded
+from .signals import job_cancelled, job_failed, job_retrying, job_succeeded
 from .store import Claimed, Store
 
 logger = logging.getLogger("django_jobs.worker")
@@ -38,6 +38,7 @@ class Outcome(enum.StrEnum):
     DEAD = "dead"
     TIMEOUT = "timeout"
     LOST = "lost"
+    CANCELLED = "cancelled"  # never retried, never dead-lettered
 
 
 @dataclass(frozen=True)
@@ -116,10 +117,13 @@ def send(signal: Signal, name: str, claimed: Claimed, **kwargs: Any) -> None:
 
 
 def notify(event: AttemptEnded) -> None:
-    """The job's signals, wherever the outcome was decided: ``job_succeeded``, or ``job_failed``
-    and, when the job will run again, ``job_retrying``."""
+    """The job's signals, wherever the outcome was decided: ``job_succeeded``, ``job_cancelled``, or
+    ``job_failed`` and, when the job will run again, ``job_retrying``."""
     if event.outcome is Outcome.SUCCESS:
         send(job_succeeded, event.name, event.claimed, duration=event.duration)
+        return
+    if event.outcome is Outcome.CANCELLED:
+        send(job_cancelled, event.name, event.claimed, duration=event.duration)
         return
     send(job_failed, event.name, event.claimed, duration=event.duration, exception=event.exception)
     if event.retry_in is not None:

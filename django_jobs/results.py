@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import payload
+from .cancellation import cancel
 from .exceptions import JobDoesNotExist, PayloadError
-from .store import JobRecord, Status, Store, valid_job_id
+from .store import CancelResult, JobRecord, Status, Store, valid_job_id
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class JobState:
     finished_at: dt.datetime | None
     worker_ids: tuple[str, ...]
     due_at: dt.datetime | None = None  # when a scheduled job (a retry, a delayed job) is due
+    cancel_requested_at: dt.datetime | None = None  # when a running job was asked to stop (cancel())
 
     @property
     def finished(self) -> bool:
@@ -80,6 +82,7 @@ class JobState:
             finished_at=record.time("ended_at") if record.status in _ENDED else None,
             worker_ids=tuple(w for w in record.text("dj_workers").split("\n") if w),
             due_at=dt.datetime.fromtimestamp(due, dt.UTC) if due is not None else None,
+            cancel_requested_at=record.time("dj_cancel"),
         )
 
 
@@ -109,17 +112,9 @@ def _error(entry: dict[str, Any]) -> JobError:
 def _stores(queue: str | None) -> Iterator[Store]:
     """The store of ``queue``, or of every Redis server the configured queues live on."""
     # django_rq reads settings on import; ``import django_jobs`` must work before settings exist.
-    from .connections import connection_identity, get_connection, queue_configs
+    from .connections import servers
 
-    if queue is not None:
-        yield Store.of(get_connection(queue))
-        return
-    seen: set[str] = set()
-    for name in queue_configs():
-        identity = connection_identity(name)
-        if identity not in seen:
-            seen.add(identity)
-            yield Store.of(get_connection(name))
+    return (Store.of(connection) for connection in servers(queue))
 
 
 def get_job(job_id: str, *, queue: str | None = None) -> JobState:
@@ -160,3 +155,7 @@ class JobHandle:
     def result(self) -> Any:
         """The JSON return value, once the job finished (``store_result=True`` jobs only)."""
         return self.state().result
+
+    def cancel(self) -> CancelResult:
+        """Cancel the job now (see ``django_jobs.cancel``): only its queue's Redis is asked."""
+        return cancel(self.id, queue=self.queue)

@@ -17,5 +17,9 @@ job_succeeded = Signal()
 job_failed = Signal()
 #: sender=job name; kwargs: job_id, queue, attempt, delay (seconds until the next attempt).
 job_retrying = Signal()
+#: sender=job name; kwargs: job_id, queue, attempt, duration (None when its process was killed).
+#: Sent when an attempt ends cancelled: the job raised ``JobCancelled``, its work process was killed
+#: after ``JOBS["CANCEL_GRACE"]``, or it failed once its cancel had been requested.
+job_cancelled = Signal()
 #: sender=job name; kwargs: dead_letter (the DeadLetter row).
 job_dead_lettered = Signal()

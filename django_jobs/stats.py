@@ -27,6 +27,7 @@ MINUTE_TTL = 2 * 3600
 HOUR_TTL = 26 * 3600
 HOURS = 24
 SUCCESS = "success"
+CANCELLED = "cancelled"
 
 
 minute_key = keys.stats_minute
@@ -89,10 +90,14 @@ class Tally:
     successes: int = 0
     failures: int = 0
     """Failed attempts of any kind: retried, timed out, lost or dead-lettered."""
+    cancelled: int = 0
+    """Attempts ended by a cancel: asked for, so not failures."""
 
     def add(self, outcome: str, n: int) -> None:
         if outcome == SUCCESS:
             self.successes += n
+        elif outcome == CANCELLED:
+            self.cancelled += n
         else:
             self.failures += n
 

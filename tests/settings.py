@@ -90,6 +90,7 @@ JOBS = {
     "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins", "tests.testapp.alerts.remember"],
     "LEASE_SECONDS": float(os.environ.get("JOBS_TEST_LEASE", "3")),
     "TIMEOUT_GRACE": 1,
+    "CANCEL_GRACE": float(os.environ.get("JOBS_TEST_CANCEL_GRACE", "1")),
     "SHUTDOWN_GRACE": float(os.environ.get("JOBS_TEST_SHUTDOWN_GRACE", "10")),
     "MAINTENANCE_INTERVAL": 0.1,
     # Periodic jobs are off unless a test switches them on (through its runjobs' environment).

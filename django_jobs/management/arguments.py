@@ -10,6 +10,8 @@ import math
 from argparse import ArgumentTypeError
 from collections.abc import Callable
 
+from ..store import valid_job_id
+
 #: The largest id a database integer column holds (a bigger one overflows the query, not the filter).
 MAX_ID = 2**63 - 1
 
@@ -43,3 +45,10 @@ def real(low: float, *, strictly: bool = False) -> Callable[[str], float]:
         return value
 
     return parse
+
+
+def job_id(text: str) -> str:
+    """A job id: letters, digits, ``_`` and ``-``, 1 to 64 of them (the id rule)."""
+    if not valid_job_id(text):
+        raise ArgumentTypeError(f"not a job id: {text[:70]!r} (letters, digits, _ and -, 1 to 64 of them)")
+    return text

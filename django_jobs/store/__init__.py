@@ -16,7 +16,7 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import Claimed, Finished, Pushable, Store, VanishedId, load
+from .machine import Beat, CancelResult, Claimed, Finished, Pushable, Settled, Store, VanishedId, load
 from .record import (
     JOB_ID,
     JobRecord,
@@ -40,10 +40,13 @@ __all__ = [
     "LOST",
     "QUEUES_SET",
     "VANISHED",
+    "Beat",
+    "CancelResult",
     "Claimed",
     "Finished",
     "JobRecord",
     "Pushable",
+    "Settled",
     "Status",
     "Store",
     "VanishedId",

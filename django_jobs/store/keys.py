@@ -2,7 +2,8 @@
 
 Jobs live where RQ keeps them, so ``rq info`` and the django-rq views read them:
 
-* ``rq:job:<id>``        the job hash (``data`` is JSON shaped like RQ's JSONSerializer output);
+* ``rq:job:<id>``        the job hash (``data`` is JSON shaped like RQ's JSONSerializer output; our
+  fields start ``dj_``: ``dj_attempt``, ``dj_history``, ``dj_cancel`` once a running job was asked to stop);
 * ``rq:queue:<q>``       the FIFO list of ready job ids; ``rq:queues`` the set of queue keys;
 * ``rq:scheduled:<q>``   due time -> job id, for retries and delayed jobs;
 * ``rq:wip:<q>``         RQ's started registry, scored ``+inf`` so RQ's own cleanup never reaps our jobs;
@@ -55,6 +56,11 @@ def job_key(job_id: str) -> str:
 
 def queue_key(queue: str) -> str:
     return QUEUE_PREFIX + queue
+
+
+def ready_keys(queue: str) -> list[str]:
+    """Every place a ready job of ``queue`` waits for a worker: a cancel takes it out of each."""
+    return [queue_key(queue)]
 
 
 def scheduled_key(queue: str) -> str:

@@ -10,6 +10,7 @@ documented in the script's header and live on the same server), and the statuses
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import functools
 import json
 import string
@@ -64,6 +65,40 @@ class Pushable(Protocol):
     @property
     def debounce(self) -> float: ...
     def fields(self) -> dict[str, Any]: ...
+
+
+class CancelResult(enum.StrEnum):
+    """What a cancel did, for its caller to report."""
+
+    CANCELLED = "cancelled"  # it was waiting (queued, scheduled, deferred by a limit): it never runs
+    REQUESTED = "requested"  # it is running: its code may stop, or its supervisor kills it after a grace
+    ALREADY_ENDED = "already_ended"  # finished, failed, dead-lettered or cancelled before: unchanged
+    NOT_FOUND = "not_found"  # no such job in Redis (never pushed, or expired after it ended)
+
+
+#: The cancel script's replies.
+_CANCEL_REPLIES = {
+    0: CancelResult.NOT_FOUND,
+    1: CancelResult.CANCELLED,
+    2: CancelResult.REQUESTED,
+    3: CancelResult.ALREADY_ENDED,
+}
+
+
+class Settled(enum.IntEnum):
+    """How a fenced end of an attempt (a failure, a hand-back) landed: the fail and release scripts' reply."""
+
+    FENCED = 0  # the token held no lease: another attempt or a reaper owns the job now
+    DONE = 1  # settled as asked
+    CANCELLED = 2  # its cancel was requested (or asked for): cancelled instead, never run again
+
+
+@dataclass(frozen=True)
+class Beat:
+    """What one heartbeat found: tokens whose lease was gone, and tokens whose job was asked to stop."""
+
+    gone: set[str]
+    cancelled: set[str]
 
 
 @dataclass(frozen=True)
@@ -161,6 +196,7 @@ class Store:
         self._buried = load(connection, "buried")
         self._due = load(connection, "due")
         self._defer = load(connection, "defer")
+        self._cancel = load(connection, "cancel")
         self._move_aside = load(connection, "move_aside")
 
     @classmethod
@@ -243,10 +279,19 @@ class Store:
         return ok
 
     def fail(
-        self, token: str, queue: str, *, delay: float | None, fields: dict[str, Any], lost: bool = False
-    ) -> bool:
+        self,
+        token: str,
+        queue: str,
+        *,
+        delay: float | None,
+        fields: dict[str, Any],
+        finished_ttl: int,
+        lost: bool = False,
+        cancel: bool = False,
+    ) -> Settled:
         """Record a failed attempt: retry after ``delay`` seconds (0: at the head of the queue now),
-        or (``None``) start dead-lettering. ``lost``: the reaper already moved its lease to LOST."""
+        (``None``) start dead-lettering, or (``cancel``) end it cancelled, as it also ends whatever was
+        asked once its cancel was requested. ``lost``: the reaper already moved its lease to LOST."""
         source = keys.LOST if lost else keys.LEASES
         where = [
             keys.wip_key(queue),
@@ -257,23 +302,49 @@ class Store:
         # A message can hold lone surrogates (an exception quoting bad input): kept, not a crash.
         values = [to_bytes(v) if isinstance(v, str) else v for v in _flat(fields)]
         call_keys = [source, *where, keys.scheduled_key(queue), keys.DYING]
-        return bool(self._fail(keys=call_keys, args=[token, -1 if delay is None else delay, *values]))
+        mode = -2 if cancel else -1 if delay is None else delay
+        args = [token, mode, rq_timestamp(dt.datetime.now(dt.UTC)), finished_ttl, *values]
+        return Settled(self._fail(keys=call_keys, args=args))
 
-    def release(self, token: str, queue: str) -> bool:
-        """Put a running job back at the head of its queue without spending an attempt."""
+    def release(self, token: str, queue: str, finished_ttl: int) -> Settled:
+        """Put a running job back at the head of its queue without spending an attempt; a job whose
+        cancel was requested is cancelled instead."""
         call_keys = [
             keys.LEASES,
             keys.wip_key(queue),
             keys.queue_key(queue),
             keys.job_key(split_token(token)),
+            keys.wake_key(queue),
         ]
-        return bool(self._release(keys=[*call_keys, keys.wake_key(queue)], args=[token]))
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        return Settled(self._release(keys=call_keys, args=[token, stamp, finished_ttl]))
 
-    def heartbeat(self, tokens: Sequence[str], lease_seconds: float) -> set[str]:
-        """Extend these leases; returns the tokens that no longer hold one."""
+    def heartbeat(self, tokens: Sequence[str], lease_seconds: float) -> Beat:
+        """Extend these leases; returns the tokens that no longer hold one, and those asked to stop."""
         if not tokens:
-            return set()
-        return {text(t) for t in self._heartbeat(keys=[keys.LEASES], args=[lease_seconds, *tokens])}
+            return Beat(set(), set())
+        hashes = [keys.job_key(split_token(token)) for token in tokens]
+        gone, cancelled = self._heartbeat(keys=[keys.LEASES, *hashes], args=[lease_seconds, *tokens])
+        return Beat({text(t) for t in gone}, {text(t) for t in cancelled})
+
+    def cancel(self, job_id: str, finished_ttl: int) -> CancelResult:
+        """Cancel a waiting job, or ask a running one to stop (see ``lua/cancel.lua``).
+
+        Two round trips: the job's queue (its hash's ``origin``) names the keys the script is given."""
+        try:
+            origin = self.connection.hget(keys.job_key(job_id), "origin")
+        except ResponseError:  # not a hash: no job of ours
+            return CancelResult.NOT_FOUND
+        if origin is None:
+            return CancelResult.NOT_FOUND
+        queue = text(origin)
+        call_keys = [keys.job_key(job_id), keys.scheduled_key(queue), *keys.ready_keys(queue)]
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        return _CANCEL_REPLIES[int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl]))]
+
+    def cancel_requested(self, job_id: str) -> bool:
+        """Whether the job's cancel was requested (it may be running still)."""
+        return bool(self.connection.hexists(keys.job_key(job_id), "dj_cancel"))
 
     def maintain(self, queues: Sequence[str], batch: int = 500) -> tuple[int, int]:
         """Reap expired leases into LOST and promote due scheduled jobs; returns both counts."""

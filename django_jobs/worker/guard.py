@@ -165,13 +165,15 @@ class LeaseGuard(_Periodic):
 
 
 class Heartbeat(_Periodic):
-    """Renews the leases of the attempts the supervisor published, every third of a lease."""
+    """Renews the leases of the attempts the supervisor published, every third of a lease, and
+    learns which of them were asked to stop (their cancel was requested)."""
 
     def __init__(self, store: Store, guard: LeaseGuard, lease_seconds: float) -> None:
         super().__init__("heartbeat", lease_seconds / 3)
         self.store, self.guard, self.lease = store, guard, lease_seconds
         self._attempts: list[tuple[int, str, int | None]] = []
         self._gone: deque[set[str]] = deque()
+        self._cancels: deque[set[str]] = deque()
 
     def publish(self, attempts: Iterable[tuple[int, str, int | None]]) -> None:
         """The leases to keep: ``(pid, token, claim sent at in ns)`` of every attempt held now."""
@@ -184,17 +186,26 @@ class Heartbeat(_Periodic):
             results.append(self._gone.popleft())
         return results
 
+    def cancels(self) -> set[str]:
+        """The tokens whose job carried a cancel request at a heartbeat since the last call."""
+        found: set[str] = set()
+        while self._cancels:
+            found |= self._cancels.popleft()
+        return found
+
     def tick(self) -> None:
         attempts = self._attempts
         if not attempts:
             return
         sent = time.monotonic_ns()  # the renewed leases run from a Redis time no earlier than this
         try:
-            gone = self.store.heartbeat([token for _, token, _ in attempts], self.lease)
+            beat = self.store.heartbeat([token for _, token, _ in attempts], self.lease)
         except RedisError as exc:
             logger.warning("Heartbeat failed (%s); retrying.", exc)
             return
         for pid, token, claimed in attempts:
-            if token not in gone and claimed is not None:
+            if token not in beat.gone and claimed is not None:
                 self.guard.renewed(pid, claimed, sent)
-        self._gone.append(gone)
+        self._gone.append(beat.gone)
+        if beat.cancelled:
+            self._cancels.append(beat.cancelled)

@@ -23,9 +23,9 @@ from redis.exceptions import RedisError
 
 from .. import execution, metrics, outcomes, stats
 from ..conf import jobs_settings
-from ..exceptions import JobTimeout, WorkerLost
+from ..exceptions import JobCancelled, JobTimeout, WorkerLost
 from ..logs import redis_location
-from ..store import Claimed, Finished, Store, keys, rq_timestamp, split_token
+from ..store import Claimed, Finished, Settled, Store, keys, rq_timestamp, split_token
 from .guard import ClaimBoard, Heartbeat, LeaseGuard
 from .maintenance import Maintenance
 from .process import BURST_WAIT, WorkProcess, die_with_parent
@@ -57,6 +57,8 @@ class Slot:
     suspect: str | None = None  # the running attempt's token, if the last heartbeat found no lease
     returned: bool = False  # the running job's code returned: it succeeded, whatever happens next
     started: list[tuple[str, str]] = field(default_factory=list)  # (job id, queue) since the last look
+    cancel_since: float | None = None  # when a heartbeat found the running attempt's cancel requested
+    cancelled: bool = False  # killed for outliving its cancel request's grace
 
     def feed(self, data: bytes) -> None:
         self.buffer += data
@@ -66,14 +68,14 @@ class Slot:
             if kind == "S":
                 self.token, self.queue = rest[0], rest[1]
                 self.deadline, self.claimed = float(rest[2]), int(rest[3])
-                self.returned = False
+                self.returned, self.cancel_since = False, None
                 self.started.append((split_token(self.token), self.queue))
             elif kind == "R":
                 self.returned = True
             elif kind == "C":
                 self.deadline = None
             elif kind == "D":
-                self.token = self.queue = self.deadline = None
+                self.token = self.queue = self.deadline = self.cancel_since = None
 
 
 class Supervisor:
@@ -235,25 +237,23 @@ class Supervisor:
             self._spawn()
 
     def _settle_orphan(self, slot: Slot) -> None:
-        """A child died holding a job: time it out, hand it back, complete it, or count it lost."""
+        """A child died holding a job: time it out, hand it back, complete it, cancel it, or count it lost."""
         assert slot.token is not None
         assert slot.queue is not None
         try:
             if slot.handed_back:
-                self.store.release(slot.token, slot.queue)
+                if (
+                    self.store.release(slot.token, slot.queue, jobs_settings.FINISHED_TTL)
+                    is Settled.CANCELLED
+                ):
+                    stopped = JobCancelled("The job was cancelled while runjobs was stopping.")
+                    outcomes.publish(execution.cancelled(self.store, self._claimed(slot), stopped))
                 return
             if slot.deadline is None or slot.returned:  # it succeeded; only the completion was missing
                 # the return value died with the process: the job is finished without its result
                 self.store.complete(Finished(slot.token, slot.queue), jobs_settings.FINISHED_TTL)
                 return
-            job_id = split_token(slot.token)
-            claimed = Claimed(slot.queue, job_id, slot.token, self.store.record(job_id))
-            exc: Exception = (
-                JobTimeout("The job ran past its timeout and was killed.")
-                if slot.timed_out
-                else WorkerLost(f"The work process running the job died (pid {slot.pid}).")
-            )
-            outcomes.publish(execution.settle_failure(self.store, claimed, exc))
+            outcomes.publish(execution.settle_failure(self.store, self._claimed(slot), self._ending(slot)))
         except Exception as error:  # Redis down, or anything else: never fatal to runjobs
             # The lease is still in Redis: when it expires, the reaper settles the job instead.
             logger.warning(
@@ -262,6 +262,25 @@ class Supervisor:
                 error,
                 exc_info=not isinstance(error, RedisError),
             )
+
+    def _claimed(self, slot: Slot) -> Claimed:
+        """The attempt a dead child held, with its job's record as Redis holds it now."""
+        assert slot.token is not None
+        assert slot.queue is not None
+        job_id = split_token(slot.token)
+        return Claimed(slot.queue, job_id, slot.token, self.store.record(job_id))
+
+    @staticmethod
+    def _ending(slot: Slot) -> Exception:
+        """Why the attempt of a child that died running its job ended."""
+        if slot.cancelled:
+            return JobCancelled(
+                f"The job did not stop within {jobs_settings.CANCEL_GRACE:g} s of its cancel request "
+                "and was killed."
+            )
+        if slot.timed_out:
+            return JobTimeout("The job ran past its timeout and was killed.")
+        return WorkerLost(f"The work process running the job died (pid {slot.pid}).")
 
     def _enforce(self, now: float) -> None:
         for slot in self.slots.values():
@@ -273,10 +292,24 @@ class Supervisor:
                 logger.error("Job %s overran its timeout; killing work process %d", slot.token, slot.pid)
                 slot.timed_out = True
                 self._signal(slot.pid, signal.SIGKILL)
+            self._enforce_cancel(slot, now)
             if self.stop_by is not None and now >= self.stop_by and not slot.handed_back:
                 if slot.token and slot.deadline is not None:
                     slot.handed_back = True
                 self._signal(slot.pid, signal.SIGKILL)  # idle ones too: one stuck on Redis never exits
+
+    def _enforce_cancel(self, slot: Slot, now: float) -> None:
+        """Kill an attempt still running ``CANCEL_GRACE`` after its supervisor learned of its cancel
+        request. One whose code returned is left to complete: the completion won the race."""
+        if slot.cancel_since is None or slot.cancelled or slot.deadline is None or slot.returned:
+            return
+        if now > slot.cancel_since + jobs_settings.CANCEL_GRACE:
+            logger.warning(
+                "Job %s did not stop within %g s of its cancel request; killing work process %d",
+                slot.token, jobs_settings.CANCEL_GRACE, slot.pid,
+            )  # fmt: skip
+            slot.cancelled = True
+            self._signal(slot.pid, signal.SIGKILL)
 
     def _fence(self, gone: set[str]) -> None:
         """Kill attempts whose lease was taken back (e.g. after a long Redis outage), so a job
@@ -304,6 +337,16 @@ class Supervisor:
                 self.maintenance.ledger.saw(job_id, queue)
             slot.started.clear()
 
+    def _note_cancels(self, requested: set[str], now: float) -> None:
+        """Start the grace of each running attempt a heartbeat found asked to stop."""
+        for slot in self.slots.values():
+            if slot.token in requested and slot.cancel_since is None and slot.deadline is not None:
+                slot.cancel_since = now
+                logger.info(
+                    "Job %s was asked to stop; its work process %d is killed in %g s unless it stops first",
+                    slot.token, slot.pid, jobs_settings.CANCEL_GRACE,
+                )  # fmt: skip
+
     def _report_kills(self) -> None:
         """Log and count the attempts the lease guard killed (before their slots are reaped)."""
         for killed in self.guard.killed():
@@ -326,6 +369,7 @@ class Supervisor:
         self.heartbeat.publish((s.pid, s.token, s.claimed) for s in self.slots.values() if s.token)
         for gone in self.heartbeat.gone():
             self._fence(gone)
+        self._note_cancels(self.heartbeat.cancels(), now)
         if now < self._next_heartbeat:
             return
         lease = jobs_settings.LEASE_SECONDS

@@ -39,6 +39,7 @@ CASES = [
     ("deadletters", "explode"),
     *[("jobs_health", "--max-age", value) for value in NUMBERS],
     ("jobs_health", "--skip", "everything"),
+    *[("jobs_cancel", value) for value in ["not an id", "x" * 65, "semi;colon", "", "é"]],
 ]
 
 

@@ -392,3 +392,50 @@ def failover(key: str, failures: int = 0, seconds: float = 0.0) -> None:
 def failover_limited(key: str, seconds: float = 0.02) -> None:
     """As ``failover``, under a concurrency limit, so its slots must converge after a failover."""
     failover(key, 0, seconds)
+
+
+# --- Cancellation -----------------------------------------------------------------------------------
+
+
+@job(name="tests.polite", timeout=60, retry=FAST)
+def polite(key: str, seconds: float = 30.0) -> None:
+    """Works in small steps and stops, as asked, once its cancel is requested."""
+    from django_jobs import JobCancelled, cancel_requested
+
+    SideEffect.objects.create(key=f"attempt:{key}")
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if cancel_requested():
+            SideEffect.objects.create(key=f"stopped:{key}")
+            raise JobCancelled(f"{key} stopped as asked")
+        time.sleep(0.05)
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.deaf", timeout=60, retry=FAST)
+def deaf(key: str, seconds: float = 30.0) -> None:
+    """Never checks for a cancel and ignores the signals it could be sent: only a kill stops it."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    for signum in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.05)
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.cancels_itself", timeout=10, retry=FAST)
+def cancels_itself(key: str, then: str = "stop") -> None:
+    """Asks for its own cancel (as another process would), then stops as asked (``then="stop"``),
+    fails (``"fail"``) or finishes its work regardless (``"finish"``)."""
+    from django_jobs import JobCancelled, cancel, cancel_requested, current_job
+
+    attempt = current_job()
+    assert attempt is not None
+    SideEffect.objects.create(key=f"attempt:{key}")
+    SideEffect.objects.create(key=f"{key}:{cancel(attempt.job_id)}:{cancel_requested()}")
+    if then == "stop":
+        raise JobCancelled("stopped as asked")
+    if then == "fail":
+        raise ConnectionError("upstream down while stopping")
+    SideEffect.objects.create(key=key)

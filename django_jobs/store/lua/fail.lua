@@ -1,21 +1,30 @@
--- Fenced failure of one attempt. KEYS: where its token is (leases, or lost once reaped), its queue's
--- wip set, its hash, its queue's list, wake list and scheduled set, the dying set.
--- ARGV: token, delay seconds (retry; 0 = the head of the queue now) or -1 (dead), then field/value
--- pairs to write on the job hash. A dead job moves to dying until its row is written.
+-- Fenced end of one failed or cancelled attempt. KEYS: where its token is (leases, or lost once
+-- reaped), its queue's wip set, its hash, its queue's list, wake list and scheduled set, the dying set.
+-- ARGV: token, delay seconds (retry; 0 = the head of the queue now), -1 (dead) or -2 (cancelled),
+-- ended_at, seconds a cancelled job's hash lives, then field/value pairs to write on the job hash.
+-- A dead job moves to dying until its row is written. A job whose cancel was requested ('dj_cancel')
+-- is cancelled whatever was asked: it never runs again and is never dead-lettered.
+-- Returns 0 (fenced: the token holds no lease), 1 (settled as asked) or 2 (cancelled).
 ${NOW}
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 local id = string.match(ARGV[1], '^(.*):[^:]*$$')
 local key = KEYS[3]
+local delay = tonumber(ARGV[2])
 redis.call('ZREM', KEYS[2], ARGV[1])
-if #ARGV > 2 then redis.call('HSET', key, unpack(ARGV, 3)) end
-if tonumber(ARGV[2]) == 0 then
+if #ARGV > 4 then redis.call('HSET', key, unpack(ARGV, 5)) end
+if delay == -2 or redis.call('HEXISTS', key, 'dj_cancel') == 1 then
+  redis.call('HSET', key, 'status', '${CANCELED}', 'ended_at', ARGV[3])
+  redis.call('EXPIRE', key, ARGV[4])
+  return 2
+end
+if delay == 0 then
   -- no backoff (its worker died): straight back to the head of the queue, not behind a backlog
   redis.call('HSET', key, 'status', '${QUEUED}')
   redis.call('LPUSH', KEYS[4], id)
   redis.call('RPUSH', KEYS[5], 1)
-elseif tonumber(ARGV[2]) > 0 then
+elseif delay > 0 then
   redis.call('HSET', key, 'status', '${SCHEDULED}')
-  redis.call('ZADD', KEYS[6], now + tonumber(ARGV[2]), id)
+  redis.call('ZADD', KEYS[6], now + delay, id)
 else
   redis.call('HSET', key, 'status', '${FAILED}')
   redis.call('ZADD', KEYS[7], now, id)

@@ -1,8 +1,16 @@
--- Hand a running job back untouched (shutdown): no attempt is spent.
--- KEYS: leases, its queue's wip set, its queue's list, its hash, its queue's wake list. ARGV: token.
+-- Hand a running job back untouched (shutdown): no attempt is spent. A job whose cancel was requested
+-- ('dj_cancel') is cancelled instead, so it never runs again.
+-- KEYS: leases, its queue's wip set, its queue's list, its hash, its queue's wake list.
+-- ARGV: token, ended_at, seconds a cancelled job's hash lives.
+-- Returns 0 (its lease was gone), 1 (handed back) or 2 (cancelled).
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 local id = string.match(ARGV[1], '^(.*):[^:]*$$')
 redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('HEXISTS', KEYS[4], 'dj_cancel') == 1 then
+  redis.call('HSET', KEYS[4], 'status', '${CANCELED}', 'ended_at', ARGV[2])
+  redis.call('EXPIRE', KEYS[4], ARGV[3])
+  return 2
+end
 redis.call('LPUSH', KEYS[3], id)
 local attempt = tonumber(redis.call('HGET', KEYS[4], 'dj_attempt')) or 1
 redis.call('HSET', KEYS[4], 'status', '${QUEUED}', 'dj_attempt', math.max(attempt - 1, 0))

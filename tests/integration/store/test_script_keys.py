@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from django_jobs import alerts
-from django_jobs.store import LEASES, Finished, Store
+from django_jobs.store import LEASES, CancelResult, Finished, Settled, Store
 from django_jobs.store.machine import load
 from django_jobs.testing import run_jobs
 from tests.conftest import wait_for
@@ -89,7 +89,8 @@ def _stop(recorder: Recorder, client: redis.Redis) -> None:
 
 
 def _every_transition(client: redis.Redis) -> None:
-    """Drive each script at least once: push, claim, complete, fail, release, heartbeat, promote, bury."""
+    """Drive each script at least once: push, claim, complete, fail, release, heartbeat, promote, bury,
+    cancel (waiting, scheduled and running jobs, and the settling of a requested cancel)."""
     jobs.debounced.options(unique_key="doc:1", debounce=0.01).enqueue("a")
     jobs.debounced.options(unique_key="doc:1", debounce=0.01).enqueue("b")
     jobs.record.options(unique_key="once").enqueue("c")
@@ -107,23 +108,38 @@ def _every_transition(client: redis.Redis) -> None:
     )
     assert claimed is not None and claimed.id == handle.id
     store.heartbeat([claimed.token], 30)
-    store.release(claimed.token, claimed.queue)
+    store.release(claimed.token, claimed.queue, 60)
     _, claimed = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="m", finished_ttl=60
     )
     assert claimed is not None
     store.complete(Finished(claimed.token, claimed.queue), 60)
+    _cancel_transitions(store)
     client.zadd(LEASES, {"gone:x": 0})
     store.maintain(["default"])
     store.lost_tokens()
     store.dying(0)
 
 
+def _cancel_transitions(store: Store) -> None:
+    waiting, later = jobs.record.enqueue("w"), jobs.record.enqueue_in(60, "l")
+    running = jobs.record.enqueue("r")
+    assert store.cancel(waiting.id, 60) is CancelResult.CANCELLED
+    assert store.cancel(later.id, 60) is CancelResult.CANCELLED
+    _, claimed = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="c", finished_ttl=60
+    )
+    assert claimed is not None and claimed.id == running.id
+    assert store.cancel(running.id, 60) is CancelResult.REQUESTED
+    assert store.heartbeat([claimed.token], 30).cancelled == {claimed.token}
+    assert store.release(claimed.token, claimed.queue, 60) is Settled.CANCELLED
+
+
 def test_every_key_a_store_script_touches_was_passed_in_keys(recorder, redis_db):
     _every_transition(redis_db)
     _stop(recorder, redis_db)
     evalsha = [x["command"].split(" ")[1] for x in recorder.lines if x["command"].startswith("EVALSHA")]
-    assert len(set(evalsha)) >= 8  # push, claim, fail, release, heartbeat, maintain, buried, due
+    assert len(set(evalsha)) >= 9  # push, claim, fail, release, heartbeat, maintain, buried, due, cancel
     assert recorder.stray_keys() == {}
 
 
