@@ -289,13 +289,10 @@ def job(
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a function as a job. ``timeout`` is required; ``retry`` defaults to ``JOBS["DEFAULT_RETRY"]``.
 
-    ``concurrency`` caps how many run at once across every worker; ``rate`` ("10/s", "100/m") caps
-    how many start per period. A job over either limit waits in the scheduled set without using an
-    attempt or blocking a worker. ``cron`` ("*/5 * * * *") makes it periodic: every ``runjobs``
-    schedules it and each period fires once; ``cron_catch_up``: "skip" or "once" (one late run)
-    for a period missed while no scheduler ran. ``store_result`` keeps the JSON return value for
-    ``JobHandle.result``. Of a queue's ready jobs the highest ``priority`` (-100 to 100) starts
-    first, equal ones FIFO. Problems that do not depend on settings raise ``ValueError`` at import.
+    ``concurrency`` and ``rate`` ("10/s") cap runs at once and starts per period (a job over either
+    waits, spending no attempt); ``cron`` ("*/5 * * * *") fires it once per period (``cron_catch_up``:
+    "skip" or "once"); ``store_result`` keeps its JSON return value; of a queue's ready jobs the highest
+    ``priority`` (-100 to 100) starts first. Problems that do not depend on settings raise ValueError.
     """
 
     def decorate(fn: Callable[P, R]) -> Job[P, R]:
