@@ -127,13 +127,17 @@ def test_a_claim_that_cannot_lease_puts_a_prioritized_id_back_in_its_place(redis
 
 
 def test_jobs_enqueued_in_a_transaction_keep_their_priority_through_the_outbox(redis_db):
+    enqueue(("before2", 2), ("before-1", -1))
+    batch = [(f"t{i}:{p}", p) for i, p in enumerate([2, -1, 0, 2, 3, -1, 2, 0, -1, 3])]
     with transaction.atomic():
-        enqueue(("t-3", -3), ("t0", 0), ("t3", 3))
-        assert redis_db.dbsize() == 0  # nothing reaches Redis before the commit
-    assert sorted(OutboxEntry.objects.values_list("priority", flat=True)) == [-3, 0, 3]
-    assert redis_db.zcard(HIGH) == redis_db.zcard(LOW) == 1
+        enqueue(*batch)
+        assert redis_db.zcard(HIGH) == 1  # nothing reaches Redis before the commit
+    assert sorted(OutboxEntry.objects.values_list("priority", flat=True)) == sorted(p for _, p in batch)
+    assert redis_db.zcard(HIGH) == 6 and redis_db.zcard(LOW) == 4  # pushed in one go at commit
     run_jobs()
-    assert started() == ["t3", "t0", "t-3"]
+    everything = [("before2", 2), ("before-1", -1), *batch]
+    expected = [key for _, (key, _) in sorted(enumerate(everything), key=lambda item: (-item[1][1], item[0]))]
+    assert started() == expected
 
 
 def test_the_relay_pushes_an_outbox_row_with_its_priority(redis_db):

@@ -12,6 +12,10 @@ local function priority_in(key)
   return 0
 end
 
+-- The last score this script gave each band at its tail: a batch (a push, a promotion) looks the
+-- band's tail up once. Nothing else writes while a script runs.
+local tails = {}
+
 local function ready(list, high, low, id, priority, at_head)
   if priority == 0 then
     if at_head then redis.call('LPUSH', list, id) else redis.call('RPUSH', list, id) end
@@ -20,14 +24,20 @@ local function ready(list, high, low, id, priority, at_head)
   local set = priority > 0 and high or low
   local band = ${BAND}
   local base = (100 - priority) * band
-  local first, past = string.format('%.0f', base), string.format('(%.0f', base + band)
-  local edge
-  if at_head then
-    edge = redis.call('ZRANGEBYSCORE', set, first, past, 'WITHSCORES', 'LIMIT', 0, 1)
+  local tail = set .. '\n' .. priority
+  local score = not at_head and tails[tail]
+  if score then
+    score = score + 1
   else
-    edge = redis.call('ZREVRANGEBYSCORE', set, past, first, 'WITHSCORES', 'LIMIT', 0, 1)
+    local first, past = string.format('%.0f', base), string.format('(%.0f', base + band)
+    local edge
+    if at_head then
+      edge = redis.call('ZRANGEBYSCORE', set, first, past, 'WITHSCORES', 'LIMIT', 0, 1)
+    else
+      edge = redis.call('ZREVRANGEBYSCORE', set, past, first, 'WITHSCORES', 'LIMIT', 0, 1)
+    end
+    score = edge[2] and tonumber(edge[2]) + (at_head and -1 or 1) or base + band / 2
   end
-  local score = base + band / 2
-  if edge[2] then score = tonumber(edge[2]) + (at_head and -1 or 1) end
+  if not at_head then tails[tail] = score end
   redis.call('ZADD', set, string.format('%.0f', score), id)
 end
