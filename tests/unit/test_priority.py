@@ -11,6 +11,7 @@ from django_jobs import job, registry
 from django_jobs.chains import chain
 from django_jobs.envelope import Envelope
 from django_jobs.exceptions import JobNotFound
+from django_jobs.testing import capture_jobs
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.usefixtures("restore_registry")
@@ -67,3 +68,10 @@ def test_the_job_hash_records_a_priority_only_when_it_is_not_zero():
 def test_an_envelope_refuses_a_priority_out_of_range():
     with pytest.raises(ValueError, match="priority"):
         envelope(101)
+
+
+def test_capture_mode_records_each_jobs_priority():
+    with capture_jobs() as captured:
+        jobs.record.enqueue("plain")
+        jobs.record.options(priority=-4).enqueue("later")
+    assert [(j.args, j.priority) for j in captured] == [(["plain"], 0), (["later"], -4)]
