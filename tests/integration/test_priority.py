@@ -14,7 +14,7 @@ from django.test import override_settings
 from django_jobs import deadletter, inspect, job
 from django_jobs.chains import chain
 from django_jobs.models import OutboxEntry
-from django_jobs.store import LEASES, Settled, Store, keys, rq_timestamp
+from django_jobs.store import LEASES, CancelResult, Settled, Store, keys, rq_timestamp
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.chaos import DOWN
@@ -112,6 +112,15 @@ def test_a_delayed_job_is_promoted_to_the_tail_of_its_priority(redis_db):
     wait_for(lambda: (Store.of(redis_db).next_due(["default"]) or 0) <= 0)
     run_jobs()
     assert started() == ["six", "early5", "late5", "zero"]
+
+
+def test_a_cancelled_prioritized_job_leaves_its_priority_set_and_never_runs(redis_db):
+    enqueue(("kept5", 5), ("kept-5", -5))
+    doomed = [jobs.record.options(priority=p).enqueue(f"doomed{p}") for p in (5, -5)]
+    assert [handle.cancel() for handle in doomed] == [CancelResult.CANCELLED] * 2
+    assert redis_db.zcard(HIGH) == redis_db.zcard(LOW) == 1
+    run_jobs()
+    assert started() == ["kept5", "kept-5"]
 
 
 def test_a_claim_that_cannot_lease_puts_a_prioritized_id_back_in_its_place(redis_db):
