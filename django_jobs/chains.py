@@ -64,16 +64,23 @@ class ChainJob:
 
 
 def chain(
-    *, timeout: float, name: str | None = None, queue: str = "default", retry: RetryPolicy | None = None
+    *,
+    timeout: float,
+    name: str | None = None,
+    queue: str = "default",
+    retry: RetryPolicy | None = None,
+    priority: int = 0,
 ) -> Callable[[PageFunction], ChainJob]:
-    """Register ``func(cursor, **kwargs) -> Page | next_cursor`` as a chain of page jobs."""
+    """Register ``func(cursor, **kwargs) -> Page | next_cursor`` as a chain of page jobs; every page
+    is queued with ``priority``."""
 
     def decorate(func: PageFunction) -> ChainJob:
         @functools.wraps(func)
         def page(chain_id: str, cursor: Any) -> None:
             _run_page(func, chain_id, cursor)
 
-        definition = registry.job(timeout=timeout, name=name, queue=queue, retry=retry)(page)
+        register = registry.job(timeout=timeout, name=name, queue=queue, retry=retry, priority=priority)
+        definition = register(page)
         _chain_jobs.add(definition.name)
         return ChainJob(definition)
 

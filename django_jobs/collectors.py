@@ -1,10 +1,11 @@
 """Queue, dead-letter, outbox and worker gauges, served by the web side's ``/metrics``.
 
 They are read at scrape time from :mod:`django_jobs.inspect`: per Redis server every queue's depth,
-head job's enqueue time and scheduled count, and every worker's state (O(queues + workers), never a
-walk over queued jobs); the database answers one aggregate over the dead letters (by job, status
-and reason) and one per outbox. A source that does not answer is left out of that scrape (and
-logged), never an error for the whole page.
+oldest ready job's enqueue time (the heads of its list and of each priority) and scheduled count,
+and every worker's state (O(queues + workers), never a walk over queued jobs); the database
+answers one aggregate over the dead letters (by job, status and reason) and one per outbox. A
+source that does not answer is left out of that scrape (and logged), never an error for the whole
+page.
 
 django-prometheus's ``/metrics`` serves prometheus_client's default registry, which
 :func:`register` adds the collector to. Under ``PROMETHEUS_MULTIPROC_DIR`` that view builds a
@@ -84,7 +85,7 @@ class JobsCollector:
             ),
             GaugeMetricFamily(
                 "django_jobs_queue_oldest_job_age_seconds",
-                "Seconds the job at the head of the queue has waited since it was enqueued (0 when empty).",
+                "Seconds the oldest ready job of the queue has waited since it was enqueued (0 when empty).",
                 labels=["queue"],
             ),
             GaugeMetricFamily(

@@ -358,7 +358,7 @@ def _requeue_one(entry: DeadLetter, done: Requeued, rate: float, using: str) -> 
         definition.timeout,
         entry.args,
         entry.kwargs,
-        Options(delay=len(done.entries) / rate),
+        Options(delay=len(done.entries) / rate, priority=definition.priority),
     )
     won = (
         DeadLetter.objects.using(using)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import time
@@ -38,7 +39,7 @@ def build(
     due = time.time() + options.delay if options.delay > 0 else 0.0
     now = dt.datetime.now(dt.UTC)
     return Envelope(uuid.uuid4().hex, name, queue, data, math.ceil(timeout), due, now, options.unique_key,
-                    options.debounce, options.cron_run)  # fmt: skip
+                    options.debounce, options.cron_run, options.priority or 0)  # fmt: skip
 
 
 def _in_transaction(alias: str) -> bool:
@@ -71,6 +72,8 @@ def enqueue_calls(
     options: Options = Options(),
 ) -> list[JobHandle]:
     """Encode, then deliver according to ``JOBS["MODE"]`` and the current transaction."""
+    if options.priority is None:
+        options = dataclasses.replace(options, priority=definition.priority)
     envelopes = []
     for args, kwargs in calls:
         encoded_args, encoded_kwargs = payload.encode(args, kwargs)

@@ -12,6 +12,19 @@ from .store import Status, rq_timestamp, valid_job_id
 
 Call = tuple[Sequence[Any], Mapping[str, Any]]
 
+#: Django's ``django.tasks`` range: among the ready jobs of a queue the higher priority starts first.
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+
+
+def check_priority(value: object, where: str) -> int:
+    """``value`` if it is a priority; otherwise a ValueError that says so, ``where`` first."""
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_PRIORITY <= value <= MAX_PRIORITY:
+        raise ValueError(
+            f"{where}: priority must be an int from {MIN_PRIORITY} to {MAX_PRIORITY} "
+            f"(higher runs first, default 0), got {value!r}."
+        )
+    return value
+
 
 @dataclass(frozen=True)
 class Envelope:
@@ -27,6 +40,7 @@ class Envelope:
     unique_key: str = ""
     debounce: float = 0.0
     cron_run: int | None = None
+    priority: int = 0
 
     def __post_init__(self) -> None:
         # Every id is made here or read back from an outbox row: refuse one that breaks the id rule.
@@ -34,10 +48,13 @@ class Envelope:
             raise ValueError(
                 f"Job id {self.id[:100]!r} is not valid: letters, digits, _ and -, 1 to 64 of them."
             )
+        check_priority(self.priority, f"Job {self.id}")
 
     def fields(self) -> dict[str, Any]:
         stamp = rq_timestamp(self.created_at)
-        extra = {"dj_cron": self.cron_run} if self.cron_run is not None else {}
+        extra: dict[str, Any] = {"dj_cron": self.cron_run} if self.cron_run is not None else {}
+        if self.priority:  # only then: a plain job's hash stays as it was
+            extra["dj_priority"] = self.priority
         return {
             **extra,
             "data": self.data,
@@ -51,6 +68,8 @@ class Envelope:
         }
 
     def options(self) -> dict[str, Any]:
+        """The outbox row's ``options``; the priority has a column of its own, which a relay that
+        predates it ignores, where an option it did not know would make it quarantine the row."""
         return {
             key: value
             for key, value in (
@@ -71,8 +90,11 @@ class Options:
     debounce: float = 0.0  # with unique_key: wait this long; a newer enqueue within it replaces this one
     cron_run: int | None = None  # the CronRun this job fires
     queue: str = ""  # another queue than the job's own
+    priority: int | None = None  # None: the job type's own
 
     def __post_init__(self) -> None:
+        if self.priority is not None:
+            check_priority(self.priority, "options()")
         if self.debounce and not self.unique_key:
             raise ValueError("debounce= needs unique_key=: the key says which enqueues replace each other.")
         if self.unique_key and len(self.unique_key) > 200:

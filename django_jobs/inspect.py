@@ -2,8 +2,10 @@
 
 The admin's overview, the ``/metrics`` gauges and ``manage.py jobs_health`` present what this module
 reads; none reads Redis its own way. Strictly read-only, and O(queues + workers), never O(jobs):
-LLEN, ZCARD, LINDEX 0 and a few HGETs per queue, in two pipelined round trips per Redis server
-(three when the workers' current jobs are asked for). It never calls RQ's registry methods, whose
+LLEN, ZCARD, LINDEX 0 and a few HGETs per queue, plus one read-only script per server for the
+priority sets (``lua/heads.lua``: at most a few commands per priority in use), in two pipelined
+round trips per Redis server (three when the workers' current jobs are asked for), after redis-py's
+check that the script is loaded. It never calls RQ's registry methods, whose
 cleanup (run by ``len(registry)``, ``get_job_ids()`` or ``count``, and by django-rq's dashboard on
 every view) moves and fails jobs: looking must not change what is seen. A key of the wrong type
 (a poison entry) reads as missing, never as an error for the whole read.
@@ -20,7 +22,18 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from .connections import connection_identity, get_connection
-from .store import DYING, LOST, Status, job_key, keys, parse_rq_timestamp, queue_key, scheduled_key, wip_key
+from .store import (
+    DYING,
+    LOST,
+    Status,
+    job_key,
+    keys,
+    load,
+    parse_rq_timestamp,
+    queue_key,
+    scheduled_key,
+    wip_key,
+)
 
 WORKERS = keys.WORKERS_SET
 
@@ -29,8 +42,10 @@ WORKERS = keys.WORKERS_SET
 class QueueState:
     name: str
     depth: int
+    """Ready jobs: the list's (priority 0) and the priority sets'."""
     oldest_age: float | None
-    """Seconds the head job has waited; None when the queue is empty or the head's hash does not say."""
+    """Seconds the oldest ready job has waited (the longest of the list's head and each priority's
+    head); None when the queue is empty or no head's hash says."""
     running: int
     scheduled: int
     retrying: int
@@ -134,8 +149,9 @@ def read(
     at to count retries (attempt > 0); ``current_jobs`` reads what each worker runs."""
     counts, sample_ids, worker_keys, dying, lost = _counts(connection, queues, retry_sample)
     with connection.pipeline(transaction=False) as pipe:
-        for (_, head, _, _), sample in zip(counts, sample_ids, strict=True):
-            pipe.hget(job_key(text(head)), "enqueued_at")
+        for (_, heads, _, _), sample in zip(counts, sample_ids, strict=True):
+            for head in heads:
+                pipe.hget(job_key(text(head)), "enqueued_at")
             for job_id in sample:
                 pipe.hget(job_key(text(job_id)), "dj_attempt")
         for key in worker_keys:
@@ -154,7 +170,8 @@ def read(
 def _counts(
     connection: Redis, queues: Sequence[str], retry_sample: int
 ) -> tuple[list[list[Any]], list[list[bytes]], list[str], int, int]:
-    """The first round trip: per queue depth, head, running and scheduled; the workers' set; leases."""
+    """The first round trip: per queue depth, the ids at its heads (the list's, then each priority's),
+    running and scheduled; the workers' set; leases."""
     with connection.pipeline(transaction=False) as pipe:
         for queue in queues:
             pipe.llen(queue_key(queue))
@@ -163,6 +180,7 @@ def _counts(
             pipe.zcard(scheduled_key(queue))
             if retry_sample:
                 pipe.zrange(scheduled_key(queue), 0, retry_sample - 1)
+        load(connection, "heads")(keys=[k for q in queues for k in keys.priority_keys(q)], client=pipe)
         pipe.smembers(WORKERS)
         pipe.zcard(DYING)
         pipe.zcard(LOST)
@@ -170,20 +188,26 @@ def _counts(
     width = 5 if retry_sample else 4
     per_queue = [replies[i : i + width] for i in range(0, width * len(queues), width)]
     samples = [list(part[4]) if retry_sample else [] for part in per_queue]
+    sets = replies[-4]  # [how many, band heads...] of each queue's high set, then its low set
+    counts = []
+    for n, (length, head, running, scheduled) in enumerate(part[:4] for part in per_queue):
+        high, low = sets[2 * n], sets[2 * n + 1]
+        heads = ([head] if head is not None else []) + high[1:] + low[1:]
+        counts.append([length + high[0] + low[0], heads, running, scheduled])
     worker_keys = sorted(text(key) for key in replies[-3])
-    return [part[:4] for part in per_queue], samples, worker_keys, replies[-2], replies[-1]
+    return counts, samples, worker_keys, replies[-2], replies[-1]
 
 
 def _queue(
     name: str, count: list[Any], sample: list[bytes], replies: Iterator[Any], now: dt.datetime
 ) -> QueueState:
-    depth, head, running, scheduled = count
-    enqueued_at = next(replies)
+    depth, heads, running, scheduled = count
+    ages = [waited for waited in (age(next(replies), now) for _ in heads) if waited is not None]
     retrying = sum(1 for _ in sample if attempt(next(replies)) > 0)
     return QueueState(
         name=name,
         depth=depth,
-        oldest_age=age(enqueued_at, now) if head is not None else None,
+        oldest_age=max(ages, default=None),
         running=running,
         scheduled=scheduled,
         retrying=retrying,

@@ -22,6 +22,8 @@ class OutboxEntry(models.Model):
     timeout = models.PositiveIntegerField()
     due = models.FloatField(default=0, help_text="Unix time the job becomes due; 0 means now.")
     options = models.JSONField(default=dict, blank=True, help_text="unique_key, debounce, cron_run.")
+    # db_default: rows written by code that predates the column (a rolling deploy) still insert.
+    priority = models.SmallIntegerField(default=0, db_default=0, help_text="Higher starts first.")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

@@ -41,6 +41,7 @@ def row(envelope: Envelope) -> OutboxEntry:
         due=envelope.due,
         created_at=envelope.created_at,
         options=envelope.options(),
+        priority=envelope.priority,
     )
 
 
@@ -48,7 +49,7 @@ def envelope(entry: OutboxEntry) -> Envelope:
     """The envelope an outbox row holds; raises if the row breaks a rule an envelope checks."""
     return Envelope(
         entry.id, entry.job_name, entry.queue, entry.data, entry.timeout, entry.due, entry.created_at,
-        **entry.options,
+        **entry.options, priority=entry.priority,
     )  # fmt: skip
 
 

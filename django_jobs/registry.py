@@ -18,7 +18,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 from croniter import croniter
 
 from .conf import jobs_settings
-from .envelope import Call, Options
+from .envelope import Call, Options, check_priority
 from .exceptions import ConfigurationError, JobNotFound
 from .policy import RetryPolicy
 from .results import JobHandle
@@ -75,6 +75,7 @@ class Job(Generic[P, R]):
     cron_catch_up: str = "skip"
     store_result: bool = False
     is_async: bool = False
+    priority: int = 0
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """A plain call runs the function inline, as if it were not a job."""
@@ -119,6 +120,7 @@ class Job(Generic[P, R]):
         unique_key: str = "",
         debounce: float = 0.0,
         queue: str = "",
+        priority: int | None = None,
     ) -> BoundJob[P, R]:
         """Enqueue with options: ``job.options(unique_key="sync:42", debounce=5).enqueue(42)``.
 
@@ -126,14 +128,17 @@ class Job(Generic[P, R]):
         dropped. With ``debounce`` (seconds) the job waits that long and a newer enqueue with the
         same key within the window replaces it: the last one wins. ``queue``: another queue than
         the job's own (any ``runjobs`` serving it runs the job: workers look jobs up by name).
+        ``priority`` (-100 to 100) replaces the job's own for this enqueue.
         """
-        settings = Options(delay=delay, unique_key=unique_key, debounce=debounce, queue=queue)
+        settings = Options(
+            delay=delay, unique_key=unique_key, debounce=debounce, queue=queue, priority=priority
+        )
         return BoundJob(self, database, settings)
 
 
 @dataclass(frozen=True)
 class BoundJob(Generic[P, R]):
-    """A job with enqueue options fixed: its database alias, delay, unique key, debounce window."""
+    """A job with enqueue options fixed: its database alias, delay, unique key, debounce window, priority."""
 
     job: Job[P, R]
     database: str | None
@@ -261,6 +266,7 @@ def job(
     cron: str | None = None,
     cron_catch_up: str = "skip",
     store_result: bool = False,
+    priority: int = 0,
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -279,15 +285,14 @@ def job(
     cron: str | None = None,
     cron_catch_up: str = "skip",
     store_result: bool = False,
+    priority: int = 0,
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a function as a job. ``timeout`` is required; ``retry`` defaults to ``JOBS["DEFAULT_RETRY"]``.
 
-    ``concurrency`` caps how many run at once across every worker; ``rate`` ("10/s", "100/m") caps
-    how many start per period. A job over either limit waits in the scheduled set without using an
-    attempt or blocking a worker. ``cron`` ("*/5 * * * *") makes it periodic: every ``runjobs``
-    schedules it and each period fires once; ``cron_catch_up``: "skip" or "once" (one late run)
-    for a period missed while no scheduler ran. ``store_result`` keeps the JSON return value for
-    ``JobHandle.result``. Problems that do not depend on settings raise ``ValueError`` at import.
+    ``concurrency`` and ``rate`` ("10/s") cap runs at once and starts per period (a job over either
+    waits, spending no attempt); ``cron`` ("*/5 * * * *") fires it once per period (``cron_catch_up``:
+    "skip" or "once"); ``store_result`` keeps its JSON return value; of a queue's ready jobs the highest
+    ``priority`` (-100 to 100) starts first. Problems that do not depend on settings raise ValueError.
     """
 
     def decorate(fn: Callable[P, R]) -> Job[P, R]:
@@ -308,6 +313,7 @@ def job(
             cron_catch_up=cron_catch_up,
             store_result=bool(store_result),
             is_async=inspect.iscoroutinefunction(fn),
+            priority=check_priority(priority, f"@job {job_name!r}"),
         )
         _register(definition)
         return definition

@@ -23,6 +23,7 @@ class CapturedJob:
     queue: str
     args: list[Any]
     kwargs: dict[str, Any]
+    priority: int = 0
 
 
 @dataclass
@@ -91,7 +92,8 @@ def _record(envelopes: Sequence[Envelope]) -> None:
     for envelope in envelopes:
         name, args, kwargs = payload.loads(envelope.data)
         for captured in active or [default_capture]:
-            captured.jobs.append(CapturedJob(envelope.id, name, envelope.queue, args, kwargs))
+            job = CapturedJob(envelope.id, name, envelope.queue, args, kwargs, envelope.priority)
+            captured.jobs.append(job)
 
 
 def deliver(envelopes: Sequence[Envelope], alias: str | None, using: str | None) -> None:

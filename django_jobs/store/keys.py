@@ -4,7 +4,7 @@ Jobs live where RQ keeps them, so ``rq info`` and the django-rq views read them:
 
 * ``rq:job:<id>``        the job hash (``data`` is JSON shaped like RQ's JSONSerializer output; our
   fields start ``dj_``: ``dj_attempt``, ``dj_history``, ``dj_cancel`` once a running job was asked to stop);
-* ``rq:queue:<q>``       the FIFO list of ready job ids; ``rq:queues`` the set of queue keys;
+* ``rq:queue:<q>``       the FIFO list of ready job ids of priority 0; ``rq:queues`` the set of queue keys;
 * ``rq:scheduled:<q>``   due time -> job id, for retries and delayed jobs;
 * ``rq:wip:<q>``         RQ's started registry, scored ``+inf`` so RQ's own cleanup never reaps our jobs;
 * ``rq:worker:<name>``   RQ's worker record; ``rq:workers`` and ``rq:workers:<q>`` the sets of them.
@@ -18,6 +18,9 @@ django_jobs adds what RQ lacks:
 * ``djjobs:dying``       jobs being dead-lettered; they leave only once the database row exists.
 * ``djjobs:vanished``    ``<queue>\n<id>`` of ids popped from a queue whose hash was gone (evicted,
   deleted), waiting for a maintenance duty to write their ``vanished`` dead letter.
+* ``djjobs:prio:<q>:high`` / ``:low`` the ready ids of priority > 0 / < 0, scored so that ZPOPMIN
+  takes the highest priority first and, within one priority, the first pushed (``lua/ready.lua``);
+  a claim takes ``high``, then the list, then ``low``.
 * ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
 * ``djjobs:unique:<k>``  the job holding a unique key; ``djjobs:slots:<name>`` and
   ``djjobs:rate:<name>:<window>`` a job type's concurrency slots and rate counters.
@@ -58,9 +61,14 @@ def queue_key(queue: str) -> str:
     return QUEUE_PREFIX + queue
 
 
+def priority_keys(queue: str) -> tuple[str, str]:
+    """The sorted sets of the ready ids of ``queue`` with a priority above 0, and below 0."""
+    return f"djjobs:prio:{queue}:high", f"djjobs:prio:{queue}:low"
+
+
 def ready_keys(queue: str) -> list[str]:
     """Every place a ready job of ``queue`` waits for a worker: a cancel takes it out of each."""
-    return [queue_key(queue)]
+    return [queue_key(queue), *priority_keys(queue)]
 
 
 def scheduled_key(queue: str) -> str:

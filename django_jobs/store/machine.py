@@ -27,16 +27,24 @@ from redis.exceptions import ResponseError
 from . import keys
 from .record import JobRecord, Status, int_field, rq_timestamp, split_token, text, to_bytes, to_text
 
+#: The scores of one priority in a queue's priority sets (``lua/ready.lua``): 201 bands of 2^44 stay
+#: below 2^52, so every score is an exact integer in a double.
+PRIORITY_BAND = 2**44
+
+
+def _lua(name: str, **snippets: str) -> str:
+    text = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
+    return string.Template(text).substitute({s.name: s.value for s in Status}, BAND=PRIORITY_BAND, **snippets)
+
 
 @functools.cache
 def script_text(name: str) -> str:
-    """The text of ``lua/<name>.lua`` with the Redis-time prologue and the statuses filled in.
+    """The text of ``lua/<name>.lua`` with its snippets, the priority band and the statuses filled in.
 
-    The files are :class:`string.Template` text: ``${NOW}``, ``${QUEUED}``... and ``$$`` for a ``$``.
+    The files are :class:`string.Template` text: ``${NOW}`` (the Redis-time prologue), ``${READY}``
+    (where a ready id goes), ``${BAND}``, ``${QUEUED}``... and ``$$`` for a ``$``.
     """
-    source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
-    now = resources.files(__package__).joinpath("lua", "now.lua").read_text("utf-8")
-    return string.Template(source).substitute({s.name: s.value for s in Status}, NOW=now)
+    return _lua(name, NOW=_lua("now"), READY=_lua("ready"))
 
 
 def load(connection: Redis, name: str) -> Script:
@@ -64,6 +72,8 @@ class Pushable(Protocol):
     def unique_key(self) -> str: ...
     @property
     def debounce(self) -> float: ...
+    @property
+    def priority(self) -> int: ...
     def fields(self) -> dict[str, Any]: ...
 
 
@@ -160,6 +170,7 @@ def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]
     layout = [keys.LEASES, keys.DYING, keys.VANISHED]
     for queue in queues:
         layout += [keys.queue_key(queue), keys.scheduled_key(queue), keys.wip_key(queue)]
+        layout += keys.priority_keys(queue)
     slots: dict[str, int] = {}
     given: dict[str, list[Any]] = json.loads(limits)
     for limit in given.values():
@@ -176,6 +187,7 @@ def _maintain_keys(queues: tuple[str, ...]) -> list[str]:
     layout = [keys.LEASES, keys.LOST, keys.DYING, keys.QUEUES_SET]
     for queue in queues:
         layout += [keys.scheduled_key(queue), keys.queue_key(queue), keys.wake_key(queue)]
+        layout += keys.priority_keys(queue)
     return layout
 
 
@@ -301,20 +313,21 @@ class Store:
         ]
         # A message can hold lone surrogates (an exception quoting bad input): kept, not a crash.
         values = [to_bytes(v) if isinstance(v, str) else v for v in _flat(fields)]
-        call_keys = [source, *where, keys.scheduled_key(queue), keys.DYING]
+        call_keys = [source, *where, keys.scheduled_key(queue), keys.DYING, *keys.priority_keys(queue)]
         mode = -2 if cancel else -1 if delay is None else delay
         args = [token, mode, rq_timestamp(dt.datetime.now(dt.UTC)), finished_ttl, *values]
         return Settled(self._fail(keys=call_keys, args=args))
 
     def release(self, token: str, queue: str, finished_ttl: int) -> Settled:
-        """Put a running job back at the head of its queue without spending an attempt; a job whose
-        cancel was requested is cancelled instead."""
+        """Put a running job back at the head of its queue (of its priority) without spending an
+        attempt; a job whose cancel was requested is cancelled instead."""
         call_keys = [
             keys.LEASES,
             keys.wip_key(queue),
             keys.queue_key(queue),
             keys.job_key(split_token(token)),
             keys.wake_key(queue),
+            *keys.priority_keys(queue),
         ]
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         return Settled(self._release(keys=call_keys, args=[token, stamp, finished_ttl]))
@@ -441,13 +454,15 @@ def _push_call(jobs: Sequence[Pushable]) -> tuple[list[str], str]:
         if j.queue not in base:
             base[j.queue] = len(layout) + 1
             layout += [keys.queue_key(j.queue), keys.scheduled_key(j.queue), keys.wake_key(j.queue)]
+            layout += keys.priority_keys(j.queue)
         layout.append(keys.job_key(j.id))
         job_index = len(layout)
         marker = 0
         if j.unique_key:
             layout.append(keys.unique_key(j.unique_key))
             marker = len(layout)
-        batch.append([j.id, base[j.queue], j.due, _flat(j.fields()), marker, j.debounce, job_index])
+        fields = _flat(j.fields())
+        batch.append([j.id, base[j.queue], j.due, fields, marker, j.debounce, job_index, j.priority])
     return layout, json.dumps(batch)
 
 

@@ -47,6 +47,7 @@ def expected_types(queues: Sequence[str]) -> dict[str, str]:
             scheduled_key(queue): "zset",
             wip_key(queue): "zset",
         }
+        types |= dict.fromkeys(keys.priority_keys(queue), "zset")
     return types
 
 

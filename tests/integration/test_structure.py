@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import LEASES, Store, queue_key, scheduled_key
+from django_jobs.store.keys import priority_keys
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
 
@@ -30,6 +31,8 @@ def moved_keys(redis_db: redis.Redis) -> list[bytes]:
         (queue_key("default"), lambda r, k: r.set(k, "someone else's value")),
         (scheduled_key("default"), lambda r, k: r.rpush(k, "a", "b")),
         (LEASES, lambda r, k: r.hset(k, "field", "value")),
+        (priority_keys("default")[0], lambda r, k: r.rpush(k, "a")),
+        (priority_keys("emails")[1], lambda r, k: r.set(k, "someone else's value")),
     ],
 )
 def test_a_structure_key_of_the_wrong_type_is_moved_aside_and_recorded(redis_db, key, plant):

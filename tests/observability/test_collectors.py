@@ -122,18 +122,25 @@ def test_the_cost_does_not_grow_with_queued_jobs_or_dead_letters(private_redis):
         return {name: n for name, n in calls.items() if n and name != "cmdstat_info"}, len(queries)
 
     jobs.record.enqueue("head")
+    for priority in (5, -5):  # a priority in the high set, one in the low set
+        jobs.record.options(priority=priority).enqueue(f"head{priority}")
     dead_letter("tests.invalid")
     cost()  # opens the connection
     small = cost()
     jobs.record.enqueue_many([(f"k{i}",) for i in range(500)])
+    for i in range(500):
+        jobs.record.options(priority=5 if i % 2 else -5).enqueue(f"p{i}")
     for _ in range(20):
         dead_letter("tests.invalid")
     assert cost() == small
-    # A constant handful of read-only commands per queue and worker (the read model the overview uses too).
-    read_only = {"llen", "lindex", "zcard", "smembers", "hget", "hgetall"}
-    assert set(small[0]) <= {f"cmdstat_{name}" for name in read_only}, small[0]
+    # A constant handful of read-only commands per queue and worker (the read model the overview uses too),
+    # plus the read-only script that finds the head of each priority in use.
+    read_only = {"llen", "lindex", "zcard", "zrange", "zrangebyscore", "smembers", "hget", "hgetall"}
+    script = {"evalsha", "script|exists"}
+    assert set(small[0]) <= {f"cmdstat_{name}" for name in read_only | script}, small[0]
     queues = len(settings.RQ_QUEUES)  # no worker runs: a few commands per queue, and per server
-    assert sum(small[0].values()) <= 5 * queues + 3, small[0]
+    priorities = 2  # each costs a ZCARD and a ZRANGEBYSCORE in the script and an HGET of its head
+    assert sum(small[0].values()) <= 7 * queues + 5 + 3 * priorities, small[0]
     assert small[1] == 3  # one aggregate each: dead letters, outbox, overdue periodic runs
 
 

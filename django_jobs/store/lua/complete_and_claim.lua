@@ -1,6 +1,6 @@
 -- Finish the previous job, then claim the next one from the queues (in priority order).
--- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished; then three keys per queue (its list, scheduled
--- set, wip set);
+-- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished; then five keys per queue (its list, scheduled
+-- set, wip set, high and low priority sets);
 -- then the slot keys of the limited job names; then, when a job finished, its wip set and its hash.
 -- ARGV[1] finished token or '', ARGV[2] number of queues, ARGV[3] ended_at, ARGV[4] finished ttl,
 -- ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
@@ -11,7 +11,8 @@
 -- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), and a rate
 -- counter (its name holds the window, from Redis time); both built from prefixes in ARGV, on this server.
 -- The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
--- Nothing after the LPOP may raise unless it first puts the id back (put_back): a script error would
+-- Per queue the high set's head goes first, then the list's, then the low set's (see ready.lua).
+-- Nothing after the pop may raise unless it first puts the id back (put_back): a script error would
 -- otherwise leave the popped id nowhere.
 -- Returns {finished_ok, queue number, id, token, fields} (fields as they were before the claim),
 -- {finished_ok, 'deferred'} after deferring a batch of limited jobs, or {finished_ok}.
@@ -58,22 +59,40 @@ local function blocked(limit)
   return nil
 end
 
--- A write after the LPOP failed (a structure key of the wrong type): put the id back at the head
--- of its queue and fail the claim, so the job is not lost; maintenance moves the broken key aside.
-local function put_back(list, id, err)
-  redis.call('LPUSH', list, id)
+-- Where the id in hand was popped from, and its score there (nil: the list), for put_back.
+local source, score
+
+-- The next ready id of one queue: the high set's head, else the list's, else the low set's.
+local function take(list, high, low)
+  local top = redis.call('ZPOPMIN', high)
+  if top[1] then
+    source, score = high, top[2]
+    return top[1]
+  end
+  source, score = list, nil
+  local id = redis.call('LPOP', list)
+  if id then return id end
+  top = redis.call('ZPOPMIN', low)
+  if top[1] then source, score = low, top[2] end
+  return top[1] or false
+end
+
+-- A write after the pop failed (a structure key of the wrong type): put the id back where it was,
+-- at the head, and fail the claim, so the job is not lost; maintenance moves the broken key aside.
+local function put_back(id, err)
+  if score then redis.call('ZADD', source, score, id) else redis.call('LPUSH', source, id) end
   error(err)
 end
 
-local function must(list, id, ...)
+local function must(id, ...)
   local reply = redis.pcall(...)
-  if type(reply) == 'table' and reply.err then put_back(list, id, reply) end
+  if type(reply) == 'table' and reply.err then put_back(id, reply) end
   return reply
 end
 
 for n = 1, tonumber(ARGV[2]) do
-  local list, sched, wip = KEYS[3 * n + 1], KEYS[3 * n + 2], KEYS[3 * n + 3]
-  local id = redis.call('LPOP', list)
+  local list, sched, wip, high, low = unpack(KEYS, 5 * n - 1, 5 * n + 3)
+  local id = take(list, high, low)
   while id do
     local key = ARGV[11] .. id
     local fields = {}
@@ -86,7 +105,7 @@ for n = 1, tonumber(ARGV[2]) do
     end
     if fields.err then
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
-      must(list, id, 'ZADD', dying, now, id)
+      must(id, 'ZADD', dying, now, id)
     elseif #fields > 0 then
       local attempt, name, workers = 0, '', nil
       for i = 1, #fields, 2 do
@@ -96,15 +115,15 @@ for n = 1, tonumber(ARGV[2]) do
       end
       local limit = limit_of(name)
       local checked, wait = pcall(blocked, limit)
-      if not checked then put_back(list, id, wait) end  -- a slot or rate key of the wrong type
+      if not checked then put_back(id, wait) end  -- a slot or rate key of the wrong type
       if wait then
-        must(list, id, 'ZADD', sched, now + wait + deferred * 0.01, id)
+        must(id, 'ZADD', sched, now + wait + deferred * 0.01, id)
         redis.call('HSET', key, 'status', '${SCHEDULED}')
         deferred = deferred + 1
         if deferred >= 20 then return {finished, 'deferred'} end
       else
         local token = id .. ':' .. ARGV[8]
-        must(list, id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
+        must(id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
         -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
         workers = workers and string.sub(workers .. '\n' .. ARGV[5], -4096) or ARGV[5]
         redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
@@ -120,7 +139,7 @@ for n = 1, tonumber(ARGV[2]) do
       -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
       redis.pcall('ZADD', vanished, now, ARGV[11 + n] .. '\n' .. id)
     end
-    id = redis.call('LPOP', list)
+    id = take(list, high, low)
   end
 end
 return {finished}

@@ -1,11 +1,13 @@
 -- Fenced end of one failed or cancelled attempt. KEYS: where its token is (leases, or lost once
--- reaped), its queue's wip set, its hash, its queue's list, wake list and scheduled set, the dying set.
+-- reaped), its queue's wip set, its hash, its queue's list, wake list and scheduled set, the dying set,
+-- its queue's high and low priority sets.
 -- ARGV: token, delay seconds (retry; 0 = the head of the queue now), -1 (dead) or -2 (cancelled),
 -- ended_at, seconds a cancelled job's hash lives, then field/value pairs to write on the job hash.
 -- A dead job moves to dying until its row is written. A job whose cancel was requested ('dj_cancel')
 -- is cancelled whatever was asked: it never runs again and is never dead-lettered.
 -- Returns 0 (fenced: the token holds no lease), 1 (settled as asked) or 2 (cancelled).
 ${NOW}
+${READY}
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 local id = string.match(ARGV[1], '^(.*):[^:]*$$')
 local key = KEYS[3]
@@ -18,9 +20,9 @@ if delay == -2 or redis.call('HEXISTS', key, 'dj_cancel') == 1 then
   return 2
 end
 if delay == 0 then
-  -- no backoff (its worker died): straight back to the head of the queue, not behind a backlog
+  -- no backoff (its worker died): straight back to the head of its priority, not behind a backlog
   redis.call('HSET', key, 'status', '${QUEUED}')
-  redis.call('LPUSH', KEYS[4], id)
+  ready(KEYS[4], KEYS[8], KEYS[9], id, priority_in(key), true)
   redis.call('RPUSH', KEYS[5], 1)
 elseif delay > 0 then
   redis.call('HSET', key, 'status', '${SCHEDULED}')

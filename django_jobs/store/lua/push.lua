@@ -1,7 +1,8 @@
--- Push jobs. KEYS[1]: the set of queue keys; then three keys per queue (its list, scheduled set,
--- wake list), one key per job (its hash), and one per unique key (its marker).
--- ARGV[1]: JSON list of [id, index of its queue's list key (scheduled = +1, wake = +2), due (0 = now),
--- [field, value, ...], index of its unique marker key or 0, debounce seconds, index of its hash key];
+-- Push jobs. KEYS[1]: the set of queue keys; then five keys per queue (its list, scheduled set,
+-- wake list, high and low priority sets), one key per job (its hash), and one per unique key (its marker).
+-- ARGV[1]: JSON list of [id, index of its queue's list key (scheduled = +1, wake = +2, high = +3,
+-- low = +4), due (0 = now), [field, value, ...], index of its unique marker key or 0, debounce seconds,
+-- index of its hash key, priority];
 -- ARGV[2]: wake list cap; ARGV[3]: seconds a unique key's marker (and a replaced job's tombstone) lives;
 -- ARGV[4]: the job hash prefix, ARGV[5]: the scheduled set prefix.
 -- Exception to "every key in KEYS": the hash of the job already holding a unique key, and that job's
@@ -12,6 +13,7 @@
 -- A unique key is one namespace for every job (the key names the job if it must), so a job queued under
 -- an alias and one under its current name hold the same key.
 ${NOW}
+${READY}
 local jobs = cjson.decode(ARGV[1])
 local seen = {}
 local queues = {}
@@ -79,7 +81,7 @@ for _, j in ipairs(jobs) do
       redis.call('HSET', key, unpack(j[4]))
       redis.call('HSET', key, 'status', '${SCHEDULED}')
     else
-      redis.call('RPUSH', KEYS[q], id)
+      ready(KEYS[q], KEYS[q + 3], KEYS[q + 4], id, j[8], false)
       redis.call('HSET', key, unpack(j[4]))
       queues[q] = (queues[q] or 0) + 1
     end

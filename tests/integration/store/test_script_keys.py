@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-from django_jobs import alerts
-from django_jobs.store import LEASES, CancelResult, Finished, Settled, Store
+from django_jobs import alerts, inspect
+from django_jobs.store import LEASES, CancelResult, Claimed, Finished, Settled, Store
 from django_jobs.store.machine import load
 from django_jobs.testing import run_jobs
 from tests.conftest import wait_for
@@ -99,6 +99,8 @@ def _every_transition(client: redis.Redis) -> None:
     jobs.permanent.enqueue("f")
     jobs.record.enqueue_in(0.01, "g")
     jobs.always_fails.enqueue("i")
+    jobs.fails_then_succeeds.options(priority=5).enqueue("j", 1)  # a prioritized retry, promoted
+    jobs.record.options(priority=-5, delay=0.01).enqueue("k")
     store = Store.of(client)
     wait_for(lambda: (store.next_due(["default"]) or 0) <= 0)
     run_jobs(["default"])
@@ -115,6 +117,7 @@ def _every_transition(client: redis.Redis) -> None:
     assert claimed is not None
     store.complete(Finished(claimed.token, claimed.queue), 60)
     _cancel_transitions(store)
+    _priority_transitions(store)
     client.zadd(LEASES, {"gone:x": 0})
     store.maintain(["default"])
     store.lost_tokens()
@@ -135,11 +138,30 @@ def _cancel_transitions(store: Store) -> None:
     assert store.release(claimed.token, claimed.queue, 60) is Settled.CANCELLED
 
 
+def _priority_transitions(store: Store) -> None:
+    jobs.record.options(priority=3).enqueue("p")
+    assert store.cancel(jobs.record.options(priority=-3).enqueue("q").id, 60) is CancelResult.CANCELLED
+    claimed = _claim(store, "o")
+    store.fail(claimed.token, claimed.queue, delay=0, fields={}, finished_ttl=60)  # head of its priority
+    claimed = _claim(store, "p")
+    assert store.release(claimed.token, claimed.queue, 60) is Settled.DONE
+    inspect.servers(["default"])  # the read-only priority heads script
+
+
+def _claim(store: Store, nonce: str) -> Claimed:
+    _, claimed = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60
+    )
+    assert claimed is not None
+    return claimed
+
+
 def test_every_key_a_store_script_touches_was_passed_in_keys(recorder, redis_db):
     _every_transition(redis_db)
     _stop(recorder, redis_db)
     evalsha = [x["command"].split(" ")[1] for x in recorder.lines if x["command"].startswith("EVALSHA")]
-    assert len(set(evalsha)) >= 9  # push, claim, fail, release, heartbeat, maintain, buried, due, cancel
+    assert len(set(evalsha)) >= 10  # push, claim, fail, release, heartbeat, maintain, buried, due, cancel,
+    # heads
     assert recorder.stray_keys() == {}
 
 
