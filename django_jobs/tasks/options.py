@@ -100,11 +100,12 @@ class _Reader:
         found = []
         for path in value:
             try:
-                cls = import_string(path) if isinstance(path, str) else None
+                cls = import_string(path) if isinstance(path, str) else path
             except ImportError as exc:
-                cls, path = None, f"{path} ({exc})"
+                self.refuse(scope, f"{where} names {path!r}, which cannot be imported ({exc})")
+                continue
             if not (isinstance(cls, type) and issubclass(cls, BaseException)):
-                self.refuse(scope, f"{where} names {path!r}, which is not an importable exception class")
+                self.refuse(scope, f"{where} names {path!r}, which is not an exception class")
                 continue
             found.append(cls)
         return tuple(found)

@@ -4,16 +4,25 @@ The same module serves both frameworks: ``django.tasks`` on Django 6.0, the back
 """
 
 import asyncio
+import json
+import os
 import time
 
 import django
+
+from django_jobs.connections import get_connection
 
 from .models import SideEffect
 
 if django.VERSION >= (6, 0):
     from django.tasks import TaskContext, task
+    from django.tasks.signals import task_finished
 else:
     from django_tasks import TaskContext, task
+    from django_tasks.signals import task_finished
+
+#: Where every process, runjobs' included, notes each task_finished it sent, for the tests to read.
+FINISHED = "tests:tasks_finished"
 
 
 class Voided(Exception):
@@ -83,6 +92,21 @@ async def async_add(context: TaskContext, a: int, b: int) -> dict[str, int]:
     return {"sum": a + b, "attempt": context.attempt}
 
 
+@task()
+def exits() -> None:
+    """Ends its work process on every attempt: the supervisor settles it (WorkerLost)."""
+    os._exit(3)
+
+
 @task(backend="dummy")
 def elsewhere() -> None:
     """A task of another backend: django_jobs must not register it."""
+
+
+def _note_finished(sender, task_result, **kwargs) -> None:
+    note = {"id": task_result.id, "status": str(task_result.status), "attempts": task_result.attempts,
+            "errors": [e.exception_class_path for e in task_result.errors], "pid": os.getpid()}  # fmt: skip
+    get_connection("default").rpush(FINISHED, json.dumps(note))
+
+
+task_finished.connect(_note_finished, dispatch_uid="tests.note_finished")
