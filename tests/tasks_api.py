@@ -1,12 +1,8 @@
 """The public names of Django's Tasks framework under one spelling: ``django.tasks`` on Django 6.0, the
-``django_tasks`` backport on 5.2. Tests of the Tasks backend import them from here."""
+``django_tasks`` backport on 5.2. Tests of the Tasks backend import them from here (they are not
+collected without either: see ``tests/conftest.py``)."""
 
 import django
-import pytest
-from django.conf import settings
-
-if not hasattr(settings, "TASKS"):
-    pytest.skip("no Tasks framework: Django 5.2 without the django-tasks backport", allow_module_level=True)
 
 if django.VERSION >= (6, 0):
     from django.tasks import TaskResultStatus, default_task_backend, task_backends

@@ -49,7 +49,7 @@ class JobsBackend(BaseTaskBackend):
         super().__init__(alias, params)
         if not self.queues:  # "QUEUES": [] serves every queue django_jobs has
             self.queues = set(getattr(settings, "RQ_QUEUES", None) or {})
-        self.settings = options.parse(alias, self.options)
+        self.task_options = options.parse(alias, self.options)
 
     def validate_task(self, task: Task[..., Any]) -> None:
         """The framework's own checks (as its task's framework has them), then registration: a task
@@ -57,10 +57,10 @@ class JobsBackend(BaseTaskBackend):
         family = framework.of(task)
         family.BaseTaskBackend.validate_task(self, task)
         if task.backend == self.alias:
-            problems = self.settings.problems_of(task.module_path)
+            problems = self.task_options.problems_of(task.module_path)
             if problems:
                 raise InvalidTaskError("; ".join(problems) + ".")
-            bind(task, family, self.settings.settings_for(task.module_path))
+            bind(task, family, self.task_options.settings_for(task.module_path))
 
     def enqueue(self, task: Task[P, R], args: list[Any], kwargs: dict[str, Any]) -> TaskResult[P, R]:
         """Enqueue as a job; ``task_enqueued`` is sent once it is in Redis, or, inside a transaction,
@@ -69,7 +69,7 @@ class JobsBackend(BaseTaskBackend):
         binding = self._binding(task)
         family = binding.framework
         args, kwargs = family.normalize_json(list(args)), family.normalize_json(dict(kwargs))
-        envelope = enqueue_envelopes(binding.job, [(args, kwargs)], using=self.settings.database,
+        envelope = enqueue_envelopes(binding.job, [(args, kwargs)], using=self.task_options.database,
                                      options=_options(task))[0]  # fmt: skip
         result = family.TaskResult(
             task=task, id=envelope.id, status=family.Status.READY, enqueued_at=envelope.created_at,
@@ -94,7 +94,7 @@ class JobsBackend(BaseTaskBackend):
         return cast("TaskResult[..., Any]", task_result(binding.framework, task, state, self.alias))
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
-        return [*super().check(**kwargs), *checks.problems(self.alias, self.queues, self.settings)]
+        return [*super().check(**kwargs), *checks.problems(self.alias, self.queues, self.task_options)]
 
     def _binding(self, task: Task[..., Any]) -> Binding:
         binding = bound(task.module_path)

@@ -116,10 +116,10 @@ def _runner(task: Any, framework: Framework) -> Callable[..., Any]:
 
 def _running(task: Any, framework: Framework, args: list[Any], kwargs: dict[str, Any]) -> Any:
     """The running attempt's TaskResult: from its claim in a worker; outside one (``JOBS["MODE"]`` =
-    "immediate") there is no record, so it is only the call, attempt 1."""
+    "immediate", or the job called as a function) there is no record: only the call, attempt 1."""
     now = timezone.now()
     claimed = execution.current_claim()
-    if claimed is not None:
+    if claimed is not None and claimed.record.name == task.module_path:
         state = attempt_state(claimed, now)
     else:
         state = JobState(

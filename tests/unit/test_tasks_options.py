@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-import tests.tasks_api  # noqa: F401  skips this module without a Tasks framework
 from django_jobs.policy import RetryPolicy
 from django_jobs.tasks.options import DEFAULT_TIMEOUT, TaskSettings, parse
 from tests.testapp.tasks import Voided
