@@ -17,6 +17,9 @@ MATRIX = [
     ("3.12", "django>=6.0,<6.1", "sqlite,postgres"),  # the newest Django that django-prometheus 2.5 allows
 ]
 REDIS_DB = {"sqlite": 15, "postgres": 14}
+# Installed beside a Django: on 5.2 the backport of Django 6.0's django.tasks, for the Tasks backend's
+# tests (they skip without a Tasks framework). Not on 6.0, which tests its own django.tasks.
+BESIDE = {"django>=5.2,<5.3": ["django-tasks>=0.12,<0.13"]}
 
 
 @nox.session(python="3.11")
@@ -32,7 +35,7 @@ def lint(session: nox.Session) -> None:
 @nox.parametrize("python,django,databases", MATRIX, ids=["py3.11-django5.2", "py3.12-django6.0"])
 def tests(session: nox.Session, django: str, databases: str) -> None:
     """Each database's run in parallel: they share nothing (own Redis database, own test database)."""
-    session.install("-e", ".[test]", django)
+    session.install("-e", ".[test]", django, *BESIDE.get(django, []))
     first, *others = databases.split(",")
     background = []
     for db in others:

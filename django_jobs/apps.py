@@ -1,9 +1,13 @@
 from __future__ import annotations
 
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
+
+if TYPE_CHECKING:
+    from .outcomes import Subscriber
 
 
 class DjangoJobsConfig(AppConfig):
@@ -18,19 +22,29 @@ class DjangoJobsConfig(AppConfig):
     def ready(self) -> None:
         # checks and chains register on import
         from . import chains, checks, collectors, cron, deadletter, enqueue, outcomes, registry  # noqa: F401
-        from .conf import jobs_settings
+        from .conf import jobs_settings, task_backend_aliases
 
         registry.deliver_through(enqueue.enqueue_calls)
+        tasks = bool(task_backend_aliases())
         outcomes.connect(
             [
                 ("Dead-lettering", deadletter.on_attempt_ended),
                 ("Marking a periodic run finished", cron.on_attempt_ended),
+                *(self._task_subscribers() if tasks else ()),
                 *outcomes.REPORTING,
             ]
         )
         collectors.register()  # the queue and dead-letter gauges join django-prometheus's /metrics
 
-        autodiscover_modules("jobs")
+        autodiscover_modules("jobs", *(["tasks"] if tasks else []))
         for module in jobs_settings.IMPORT_MODULES:
             import_module(module)
         self.discovered = frozenset(job.name for job in registry.all_jobs())
+
+    @staticmethod
+    def _task_subscribers() -> list[tuple[str, Subscriber]]:
+        """The worker's Django Tasks signals. Imported only when ``settings.TASKS`` names django_jobs'
+        backend: ``django.tasks`` (or the ``django_tasks`` backport) may not be installed otherwise."""
+        from .tasks.events import on_attempt_ended
+
+        return [("Sending the task signals", on_attempt_ended)]

@@ -58,7 +58,7 @@ def check_apps(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
     return problems
 
 
-def _serializer_problem(config: Any) -> str | None:
+def serializer_problem(config: Any) -> str | None:
     """Why django-rq would not decode this queue's jobs with JSON (it reads only the queue's key)."""
     serializer = config.get("SERIALIZER") if isinstance(config, dict) else None
     try:
@@ -83,7 +83,7 @@ def _queue_problems() -> list[CheckMessage]:
         ]
     problems: list[CheckMessage] = []
     for name, config in queues.items():
-        problem = _serializer_problem(config)
+        problem = serializer_problem(config)
         if problem is not None:
             problems.append(
                 Error(
@@ -220,8 +220,11 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 
 
 def _startup_modules() -> list[str]:
-    """The job modules runjobs imports at start-up (their submodules count too)."""
-    return [*(f"{config.name}.jobs" for config in apps.get_app_configs()), *jobs_settings.IMPORT_MODULES]
+    """The job modules runjobs imports at start-up (their submodules count too): the ``tasks`` modules
+    as well when ``settings.TASKS`` names django_jobs' backend."""
+    kinds = ("jobs", "tasks") if conf.task_backend_aliases() else ("jobs",)
+    discovered = (f"{config.name}.{kind}" for config in apps.get_app_configs() for kind in kinds)
+    return [*discovered, *jobs_settings.IMPORT_MODULES]
 
 
 def _known_to_workers(definition: registry.Job[Any, Any], discovered: frozenset[str]) -> bool:
@@ -239,8 +242,9 @@ def check_job_modules(app_configs: Sequence[AppConfig] | None = None, **kwargs: 
     return [
         Warning(
             f"Job {definition.name!r} is defined in {definition.func.__module__}, which is not among the "
-            "modules runjobs imports at start-up (installed apps' jobs modules and JOBS['IMPORT_MODULES']): "
-            "a worker that has not happened to import it dead-letters the job as unregistered.",
+            "modules runjobs imports at start-up (installed apps' jobs modules, their tasks modules with "
+            "the Django Tasks backend, and JOBS['IMPORT_MODULES']): a worker that has not happened to "
+            "import it dead-letters the job as unregistered.",
             hint=f"Move it to an installed app's jobs.py (or a module jobs.py imports), or add "
             f"{definition.func.__module__!r} to JOBS['IMPORT_MODULES'].",
             obj=definition.func,

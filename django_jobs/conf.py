@@ -131,6 +131,23 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
 _COERCE.update({name: float for name, spec in _FIELDS.items() if spec.type == "float"})
 
 
+#: The ``BACKEND`` of a ``settings.TASKS`` entry served by django_jobs (Django's Tasks framework).
+TASKS_BACKEND = "django_jobs.tasks.JobsBackend"
+
+
+def task_backend_aliases() -> list[str]:
+    """The aliases of ``settings.TASKS`` whose backend is django_jobs': with one, every process imports
+    the installed apps' ``tasks`` modules at start-up too, so the worker knows their tasks."""
+    given = getattr(settings, "TASKS", None)
+    if not isinstance(given, dict):
+        return []
+    return [alias for alias, entry in given.items() if isinstance(entry, dict) and _ours(entry)]
+
+
+def _ours(entry: dict[str, Any]) -> bool:
+    return entry.get("BACKEND") == TASKS_BACKEND
+
+
 def _given() -> dict[str, Any]:
     given = getattr(settings, "JOBS", None) or {}
     return given if isinstance(given, dict) else {}

@@ -22,7 +22,16 @@ from .registry import Job
 from .results import JobHandle
 from .signals import job_enqueued
 
-__all__ = ["Envelope", "JobHandle", "Options", "build", "deliver", "enqueue_calls", "transaction_alias"]
+__all__ = [
+    "Envelope",
+    "JobHandle",
+    "Options",
+    "build",
+    "deliver",
+    "enqueue_calls",
+    "enqueue_envelopes",
+    "transaction_alias",
+]
 
 
 def build(
@@ -72,6 +81,19 @@ def enqueue_calls(
     options: Options = Options(),
 ) -> list[JobHandle]:
     """Encode, then deliver according to ``JOBS["MODE"]`` and the current transaction."""
+    envelopes = enqueue_envelopes(definition, calls, using=using, options=options)
+    return [JobHandle(e.id, e.name, e.queue) for e in envelopes]
+
+
+def enqueue_envelopes(
+    definition: Job[Any, Any],
+    calls: Sequence[Call],
+    *,
+    using: str | None = None,
+    options: Options = Options(),
+) -> list[Envelope]:
+    """:func:`enqueue_calls`, returning the envelopes themselves: their ids and enqueue times
+    (``created_at``, which ``get_job()`` reads back as ``enqueued_at``)."""
     if options.priority is None:
         options = dataclasses.replace(options, priority=definition.priority)
     envelopes = []
@@ -90,7 +112,7 @@ def enqueue_calls(
     deliver(envelopes, using=using)
     for envelope in envelopes:
         job_enqueued.send(sender=envelope.name, job_id=envelope.id, queue=envelope.queue)
-    return [JobHandle(e.id, e.name, e.queue) for e in envelopes]
+    return envelopes
 
 
 def deliver(envelopes: list[Envelope], *, using: str | None = None) -> None:

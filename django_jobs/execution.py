@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 from django.conf import settings
@@ -29,6 +30,24 @@ from .signals import job_started
 from .store import Claimed, Settled, Store
 
 logger = logging.getLogger("django_jobs.worker")
+
+#: The claim of the attempt running in this context: the job's record as the claim found it, for code
+#: that describes the running attempt beyond ``current_job()`` (the Django Tasks backend's TaskResult).
+_claimed: ContextVar[Claimed | None] = ContextVar("django_jobs_running_claim", default=None)
+
+
+def current_claim() -> Claimed | None:
+    """The claim of the attempt running in this context, or None outside a worker's attempt."""
+    return _claimed.get()
+
+
+@contextlib.contextmanager
+def _holding(claimed: Claimed) -> Iterator[None]:
+    token = _claimed.set(claimed)
+    try:
+        yield
+    finally:
+        _claimed.reset(token)
 
 
 def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, Any] | None) -> Judgement:
@@ -218,7 +237,7 @@ def _attempt(
     try:
         db_hygiene()
         attempt = JobContext(claimed.id, definition.name, claimed.queue, claimed.attempt)
-        with running(attempt), soft_timeout(alarm):
+        with running(attempt), _holding(claimed), soft_timeout(alarm):
             value = invocation.call(
                 definition.func, args, kwargs, timeout=definition.timeout, is_async=definition.is_async
             )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
+from asgiref.sync import iscoroutinefunction
 from croniter import croniter
 
 from .conf import jobs_settings
@@ -312,7 +313,7 @@ def job(
             cron=_check_cron(job_name, fn, cron, cron_catch_up),
             cron_catch_up=cron_catch_up,
             store_result=bool(store_result),
-            is_async=inspect.iscoroutinefunction(fn),
+            is_async=iscoroutinefunction(fn),  # also a function marked as one (markcoroutinefunction)
             priority=check_priority(priority, f"@job {job_name!r}"),
         )
         _register(definition)

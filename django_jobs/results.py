@@ -76,7 +76,8 @@ class JobState:
             kwargs=kwargs,
             result=_result(record),
             errors=tuple(_error(entry) for entry in record.history if isinstance(entry, dict)),
-            enqueued_at=record.time("enqueued_at"),
+            # when enqueue() ran: RQ's own enqueued_at moves to each retry's return to the queue
+            enqueued_at=record.time("created_at") or record.time("enqueued_at"),
             started_at=record.time("dj_first_started") or record.time("started_at"),
             last_attempted_at=record.time("started_at"),
             finished_at=record.time("ended_at") if record.status in _ENDED else None,

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,9 @@ from django.db import connections
 from tests.chaos import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
+
+#: The Django Tasks backend's tests need a Tasks framework: Django 6.0's, or the backport on 5.2.
+collect_ignore_glob = [] if find_spec("django.tasks") or find_spec("django_tasks") else ["*/test_*tasks*.py"]
 
 
 @pytest.fixture(scope="session")

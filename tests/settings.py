@@ -2,6 +2,7 @@
 
 import json
 import os
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,26 @@ JOBS = {
     "DEFAULT_DURABILITY": os.environ.get("JOBS_TEST_DURABILITY", "fast"),
     "LEDGER_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_LEDGER_SWEEP", "10")),
 }
+# Django's Tasks framework: django.tasks on Django 6.0; on 5.2 the django_tasks backport, when installed.
+_TASKS_FRAMEWORK = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+if _TASKS_FRAMEWORK == "django_tasks" and find_spec("django_tasks"):
+    INSTALLED_APPS.append("django_tasks")
+if django.VERSION >= (6, 0) or "django_tasks" in INSTALLED_APPS:
+    TASKS = {
+        "default": {
+            "BACKEND": "django_jobs.tasks.JobsBackend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": {
+                "TIMEOUT": 10,
+                "RETRY": {"max_attempts": 3, "base": 0.05, "factor": 2, "max_delay": 0.2},
+                "TASKS": {
+                    "tests.testapp.tasks.overruns": {"timeout": 0.5, "retry": {"max_attempts": 1}},
+                    "tests.testapp.tasks.voided": {"permanent": ["tests.testapp.tasks.Voided"]},
+                },
+            },
+        },
+        "dummy": {"BACKEND": f"{_TASKS_FRAMEWORK}.backends.dummy.DummyBackend"},
+    }
 EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 # Django 6.0 takes plain addresses and deprecates (name, address) pairs; 5.2 takes only pairs.
 ADMINS = ["ops@example.com"] if django.VERSION >= (6, 0) else [("Ops", "ops@example.com")]

@@ -132,12 +132,16 @@ class Finished:
 
 @dataclass(frozen=True)
 class Claimed:
-    """A job this worker now holds a lease on; ``record`` is its hash as the claim found it."""
+    """A job this worker now holds a lease on; ``record`` is its hash as the claim found it.
+
+    ``worker`` is the name the claim added to the job's workers; empty when the supervisor or the
+    reaper reads a claimed job back, whose record already names it."""
 
     queue: str
     id: str
     token: str
     record: JobRecord
+    worker: str = ""
 
     @property
     def fields(self) -> dict[str, bytes]:
@@ -281,7 +285,7 @@ class Store:
         fields = _pairs(flat)
         fields["dj_attempt"] = str(int_field(fields, "dj_attempt", 0) + 1).encode()  # as the script counted
         record = JobRecord(job_id.decode(), fields)
-        return ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record)
+        return ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record, worker_name)
 
     def complete(self, finished: Finished, finished_ttl: int) -> bool:
         """Mark one attempt finished, claiming nothing (the hot path completes inside the next claim)."""

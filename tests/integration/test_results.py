@@ -49,6 +49,7 @@ def test_each_failed_attempt_leaves_an_error_with_its_class_path_and_traceback()
     assert {e.exception for e in state.errors} == {"builtins.ConnectionError"}
     assert all("in compute" in e.traceback and "flaky upstream" in e.traceback for e in state.errors)
     assert state.started_at < state.last_attempted_at  # the first start stays; the last moves on
+    assert state.enqueued_at <= state.started_at  # the enqueue, not the retry's return to the queue
     assert len(state.worker_ids) == 3
 
 

@@ -3,21 +3,33 @@
 from __future__ import annotations
 
 import ast
+from typing import Any
 
 from tests.conftest import ROOT
 
 
-def matrix() -> list[tuple[str, str, str]]:
-    """``MATRIX`` read from the source: nox itself is not installed in the test sessions."""
+def constant(name: str) -> Any:
+    """A constant of noxfile.py read from the source: nox itself is not installed in the test sessions."""
     tree = ast.parse((ROOT / "noxfile.py").read_text())
     for node in tree.body:
         names = [target.id for target in getattr(node, "targets", []) if isinstance(target, ast.Name)]
-        if isinstance(node, ast.Assign) and names == ["MATRIX"]:
+        if isinstance(node, ast.Assign) and names == [name]:
             return ast.literal_eval(node.value)
-    raise AssertionError("noxfile.py defines no MATRIX")
+    raise AssertionError(f"noxfile.py defines no {name}")
+
+
+def matrix() -> list[tuple[str, str, str]]:
+    return constant("MATRIX")
 
 
 def test_every_django_in_the_matrix_runs_against_sqlite_and_postgresql():
     runs = {django: set(databases.split(",")) for _python, django, databases in matrix()}
     assert runs == {django: {"sqlite", "postgres"} for django in runs}
     assert any(django.startswith("django>=6.0") for django in runs)
+
+
+def test_the_tasks_backport_is_installed_beside_django_5_2_only():
+    beside = constant("BESIDE")
+    djangos = [django for _python, django, _databases in matrix()]
+    assert set(beside) == {django for django in djangos if django.startswith("django>=5.2")}
+    assert beside["django>=5.2,<5.3"] == ["django-tasks>=0.12,<0.13"]

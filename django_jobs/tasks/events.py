@@ -1,0 +1,38 @@
+"""``task_finished`` from the worker: an outcome subscriber, so it is sent wherever an attempt's end is
+decided (the work process, the supervisor for a killed or dead one, the reaper for a lost lease).
+
+It is sent once a task has finished: succeeded, or failed for good (dead-lettered). An attempt that
+will be retried sends no ``task_finished``; the next attempt sends ``task_started`` again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+
+from django.utils import timezone
+
+from ..outcomes import AttemptEnded, Outcome
+from ..store import Status
+from .binding import bound, task_for
+from .results import attempt_state, task_result
+
+
+def on_attempt_ended(event: AttemptEnded) -> None:
+    binding = bound(event.name)
+    if binding is None:
+        return  # not a task
+    if event.outcome is Outcome.SUCCESS:
+        status, history = Status.FINISHED, None
+    elif event.bury:
+        status, history = Status.FAILED, event.history
+    else:
+        return  # retrying, or fenced off: another attempt owns the task
+    now = timezone.now()
+    started = now - dt.timedelta(seconds=event.duration or 0.0)
+    value = json.loads(event.result) if event.result else None
+    attempt = attempt_state(event.claimed, started, history)
+    state = dataclasses.replace(attempt, status=status, finished_at=now, result=value)
+    task = task_for(binding.task, binding.framework, state.queue)
+    binding.framework.send("task_finished", task_result(binding.framework, task, state, binding.task.backend))
