@@ -50,6 +50,9 @@ def test_healthy_when_services_answer_every_queue_has_a_worker_and_nothing_waits
         "ok   age: emails: oldest job waited 0 s (limit 600)",
         f"ok   eviction: Redis {settings.REDIS_URL}: maxmemory-policy noeviction, no maxmemory",
         "ok   quarantine: 0 unreadable, 0 vanished",
+        "ok   durability: default: fast",
+        "ok   durability: emails: fast",
+        "ok   replication: default, emails: master, no replica, primary last changed never",
     ]
 
 
