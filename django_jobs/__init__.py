@@ -17,6 +17,7 @@ from .store import CancelResult
 
 if TYPE_CHECKING:
     from .chains import Page, chain
+    from .retrying import retry_now
 
 __all__ = [
     "CancelResult",
@@ -41,10 +42,11 @@ __all__ = [
     "get_job",
     "idempotent",
     "job",
+    "retry_now",
 ]
 
 #: Public names whose modules need the app registry ready (they use models): imported on first use.
-_AFTER_SETUP = {"chain": "chains", "Page": "chains"}
+_AFTER_SETUP = {"chain": "chains", "Page": "chains", "retry_now": "retrying"}
 
 
 def __getattr__(name: str) -> Any:

@@ -331,6 +331,8 @@ class DeadLetterAdmin(_Base, JobPages):
             path("overview/", view(self.overview_view), name="django_jobs_overview"),
             path("job/", view(self.find_job_view), name="django_jobs_deadletter_find_job"),
             path("job/<str:job_id>/", view(self.job_view), name="django_jobs_deadletter_job"),
+            path("job/<str:job_id>/cancel/", view(self.cancel_job_view, True), name="django_jobs_job_cancel"),
+            path("job/<str:job_id>/retry/", view(self.retry_job_view, True), name="django_jobs_job_retry"),
             path("<int:pk>/requeue/", view(self.requeue_one, True), name="django_jobs_deadletter_requeue"),
             path("<int:pk>/discard/", view(self.discard_one, True), name="django_jobs_deadletter_discard"),
             *super().get_urls(),

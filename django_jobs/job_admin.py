@@ -1,4 +1,6 @@
-"""The admin's job page: any job by id, as its record says now, with the dead letters it links to.
+"""The admin's job page: any job by id, as its record says now, with the dead letters it links to,
+and its two actions, *Cancel* and *Retry now*, each behind its own permission and recorded in the
+admin's log like the dead-letter actions.
 
 Arguments and the result are shown only with the payload permission, through the redaction hook.
 """
@@ -11,11 +13,11 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 from redis.exceptions import RedisError
 
-from . import redaction, results
+from . import cancellation, redaction, results, retrying
 from .conf import jobs_settings
 from .exceptions import JobDoesNotExist
 from .models import DeadLetter, OutboxEntry
-from .store import valid_job_id
+from .store import CancelResult, valid_job_id
 
 if TYPE_CHECKING:
     from django.template.response import TemplateResponse
@@ -30,6 +32,7 @@ class _Admin(Protocol):
     ) -> TemplateResponse: ...
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool: ...
     def has_view_payload_permission(self, request: HttpRequest) -> bool: ...
+    def message_user(self, request: HttpRequest, message: str, level: int = ...) -> None: ...
 
 
 class JobPages:
@@ -49,7 +52,11 @@ class JobPages:
         if not valid_job_id(job_id):
             raise Http404("Not a job id.")
         origin = DeadLetter.objects.filter(requeued_job_id=job_id).only("pk", "job_name", "queue").first()
-        died = DeadLetter.objects.filter(job_id=job_id).only("pk", "job_name", "exception", "queue").first()
+        died = (
+            DeadLetter.objects.filter(job_id=job_id)
+            .only("pk", "job_name", "exception", "queue", "status")
+            .first()
+        )
         state, error = None, ""
         try:
             state = results.get_job(job_id)
@@ -71,8 +78,63 @@ class JobPages:
             error=error,
             in_outbox=in_outbox,
             finished_ttl=jobs_settings.FINISHED_TTL,
+            can_cancel=request.user.has_perm(CANCEL_PERMISSION),
+            can_retry=request.user.has_perm(RETRY_PERMISSION),
             **_payload(state, self.has_view_payload_permission(request)),
         )
+
+    def cancel_job_view(self: _Admin, request: HttpRequest, job_id: str) -> HttpResponse:
+        """POST: cancel the job (a waiting one at once, a running one asked to stop)."""
+        self._require(request.user.has_perm(CANCEL_PERMISSION))
+        if not valid_job_id(job_id):
+            raise Http404("Not a job id.")
+        done = cancellation.cancel(job_id)
+        _log(request, job_id, f"Cancel: {done.value}")
+        self.message_user(request, CANCEL_MESSAGES[done].format(job_id=job_id))
+        return HttpResponseRedirect(reverse("admin:django_jobs_deadletter_job", args=[job_id]))
+
+    def retry_job_view(self: _Admin, request: HttpRequest, job_id: str) -> HttpResponse:
+        """POST: run a scheduled job now, or requeue a dead-lettered one from its dead letter."""
+        self._require(request.user.has_perm(RETRY_PERMISSION))
+        if not valid_job_id(job_id):
+            raise Http404("Not a job id.")
+        done = retrying.retry_now(job_id, actor=request.user)
+        _log(request, job_id, f"Retry now: {done.outcome.value}")
+        self.message_user(request, RETRY_MESSAGES[done.outcome].format(job_id=done.job_id))
+        return HttpResponseRedirect(reverse("admin:django_jobs_deadletter_job", args=[done.job_id]))
+
+
+CANCEL_PERMISSION = "django_jobs.cancel_job"
+RETRY_PERMISSION = "django_jobs.retry_job"
+CANCEL_MESSAGES = {
+    CancelResult.CANCELLED: "Job {job_id} was cancelled: it will not run.",
+    CancelResult.REQUESTED: "Job {job_id} is running: it was asked to stop, and is killed after the grace.",
+    CancelResult.ALREADY_ENDED: "Job {job_id} had already ended: nothing changed.",
+    CancelResult.NOT_FOUND: "Redis holds no job {job_id}: nothing changed.",
+}
+RETRY_MESSAGES = {
+    retrying.RetryOutcome.STARTED: "Job {job_id} is on its queue now.",
+    retrying.RetryOutcome.REQUEUED: "The dead letter was requeued as job {job_id}.",
+    retrying.RetryOutcome.NOT_WAITING: "Job {job_id} is not waiting to be retried: nothing changed.",
+    retrying.RetryOutcome.NOT_FOUND: "No job {job_id} to retry: nothing changed.",
+}
+
+
+def _log(request: HttpRequest, job_id: str, message: str) -> None:
+    """The admin log's record of an action on a job, which has no row of its own: who, which job, what."""
+    from django.contrib.admin.models import CHANGE, LogEntry
+
+    user = request.user
+    if not user.is_authenticated:  # the admin serves these views to logged-in staff only
+        return
+    LogEntry.objects.create(
+        user_id=user.pk,
+        content_type=None,
+        object_id=job_id,
+        object_repr=f"Job {job_id}",
+        action_flag=CHANGE,
+        change_message=message,
+    )
 
 
 def _payload(state: results.JobState | None, allowed: bool) -> dict[str, Any]:

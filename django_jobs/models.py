@@ -137,6 +137,8 @@ class DeadLetter(models.Model):
             ("requeue_deadletter", "Can requeue dead letters"),
             ("discard_deadletter", "Can discard dead letters"),
             ("view_queue_overview", "Can view the queue overview"),
+            ("cancel_job", "Can cancel jobs"),
+            ("retry_job", "Can retry jobs now"),
         ]
 
     def __str__(self) -> str:

@@ -213,6 +213,7 @@ class Store:
         self._due = load(connection, "due")
         self._defer = load(connection, "defer")
         self._cancel = load(connection, "cancel")
+        self._run_now = load(connection, "run_now")
         self._move_aside = load(connection, "move_aside")
 
     @classmethod
@@ -358,6 +359,13 @@ class Store:
         call_keys = [keys.job_key(job_id), keys.scheduled_key(queue), *keys.ready_keys(queue)]
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         return _CANCEL_REPLIES[int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl]))]
+
+    def run_now(self, job_id: str, queue: str) -> int:
+        """Move a scheduled job onto its queue now: 1 moved, 0 it was not scheduled, -1 no such job."""
+        call_keys = [keys.job_key(job_id), keys.scheduled_key(queue), *keys.ready_keys(queue)]
+        call_keys += [keys.wake_key(queue), keys.QUEUES_SET]
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        return int(self._run_now(keys=call_keys, args=[job_id, stamp]))
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether the job's cancel was requested (it may be running still)."""

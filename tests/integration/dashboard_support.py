@@ -22,6 +22,8 @@ ALL_PERMISSIONS = (
     "discard_deadletter",
     "delete_deadletter",
     "view_queue_overview",
+    "cancel_job",
+    "retry_job",
 )
 
 

@@ -258,6 +258,8 @@ def views(entry):
         ("get", reverse("admin:django_jobs_overview"), {}, "view_queue_overview"),
         ("get", reverse("admin:django_jobs_deadletter_job", args=[entry.job_id]), {}, "view_deadletter"),
         ("get", find, {}, "view_deadletter"),
+        ("post", reverse("admin:django_jobs_job_cancel", args=[entry.job_id]), {}, "cancel_job"),
+        ("post", reverse("admin:django_jobs_job_retry", args=[entry.job_id]), {}, "retry_job"),
         ("get", matching, {}, "requeue_deadletter"),
         ("post", matching, {"through": entry.pk}, "requeue_deadletter"),
         ("post", reverse("admin:django_jobs_deadletter_requeue", args=[entry.pk]), {}, "requeue_deadletter"),
@@ -457,3 +459,30 @@ def test_the_job_page_shows_any_job_with_its_result_and_errors_and_hides_the_pay
     assert found.status_code == 302 and found["Location"] == url
     assert client.get(reverse("admin:django_jobs_deadletter_find_job") + "?id=no%20such").status_code == 404
     assert client.get(reverse("admin:django_jobs_deadletter_job", args=["unknownid"])).status_code == 404
+
+
+def test_cancel_and_retry_now_from_the_job_page_act_and_are_audited(client, redis_db):
+    from django_jobs.testing import run_jobs
+    from tests.testapp import jobs
+
+    operator(client, "view_deadletter", "cancel_job", "retry_job")
+    waiting = jobs.record.enqueue("never")
+    page = client.get(reverse("admin:django_jobs_deadletter_job", args=[waiting.id])).content.decode()
+    assert reverse("admin:django_jobs_job_cancel", args=[waiting.id]) in page
+    assert client.get(reverse("admin:django_jobs_job_cancel", args=[waiting.id])).status_code == 405
+    client.post(reverse("admin:django_jobs_job_cancel", args=[waiting.id]))
+    assert waiting.status == "canceled"
+    later = jobs.record.options(delay=3600).enqueue("now")
+    client.post(reverse("admin:django_jobs_job_retry", args=[later.id]))
+    assert later.status == "queued"
+    run_jobs()
+    assert SideEffect.objects.filter(key="now").count() == 1 and not SideEffect.objects.filter(key="never")
+    dead = jobs.invalid.enqueue("dl")
+    run_jobs()
+    response = client.post(reverse("admin:django_jobs_job_retry", args=[dead.id]))
+    entry = DeadLetter.objects.get(job_id=dead.id)
+    assert entry.status == DeadLetter.Status.REQUEUED
+    assert response["Location"] == reverse("admin:django_jobs_deadletter_job", args=[entry.requeued_job_id])
+    logged = list(LogEntry.objects.order_by("pk").values_list("object_id", "change_message"))
+    assert (waiting.id, "Cancel: cancelled") in logged and (later.id, "Retry now: started") in logged
+    assert (dead.id, "Retry now: requeued") in logged
