@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--workers",
         help="comma-separated throughput runs (default all: runjobs_c1, runjobs_c2, rqworker, rqworker_pool, "
-        "simpleworker, runjobs_c2_write, runjobs_c2_result)",
+        "simpleworker, runjobs_c2_write, runjobs_c2_result, runjobs_c2_task)",
     )
     parser.add_argument(
         "--durability",
@@ -157,6 +157,8 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
     if "runjobs_c2" in tp and "runjobs_c2_result" in tp:
         ratio = _x(tp["runjobs_c2_result"], tp["runjobs_c2"])
         add("Ratio runjobs c=2 keeping results / not keeping them", ratio)
+    if "runjobs_c2" in tp and "runjobs_c2_task" in tp:
+        add("Ratio runjobs c=2 Django `@task` / `@job`", _x(tp["runjobs_c2_task"], tp["runjobs_c2"]))
     cm = results.get("commands", {})
     for key, name in (
         ("runjobs_c1", "runjobs c=1"),

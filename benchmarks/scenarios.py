@@ -127,6 +127,13 @@ WORKERS = [
         "runjobs_c2_write", "`runjobs --concurrency 2`, `bench.write_once`", _runjobs(2), False, job="write"
     ),
     Worker(
+        "runjobs_c2_task",
+        "`runjobs --concurrency 2`, a Django `@task` no-op (through django_jobs.tasks.JobsBackend)",
+        _runjobs(2),
+        False,
+        job="task",
+    ),
+    Worker(
         "runjobs_c2_result",
         "`runjobs --concurrency 2`, `bench.noop_result` (keeps its result)",
         _runjobs(2),
@@ -135,6 +142,13 @@ WORKERS = [
     ),
 ]
 WORKERS_BY_KEY = {w.key: w for w in WORKERS}
+
+
+def _enqueue_task(n: int) -> str:
+    """One ``@task`` enqueue through Django's own API (one push per task: the API has no bulk enqueue)."""
+    from .benchapp.tasks import noop_task
+
+    return str(noop_task.enqueue(n).id)
 
 
 @dataclass
@@ -173,6 +187,8 @@ class Bench:
                 ids += [j.id for j in jobs]
             elif worker.write:
                 ids += [h.id for h in write_once.enqueue_many([(f"{tag}:{i}", i) for i in batch])]
+            elif worker.job == "task":
+                ids += [_enqueue_task(i) for i in batch]
             elif worker.job == "result":
                 ids += [h.id for h in noop_result.enqueue_many([(i,) for i in batch])]
             else:
@@ -200,7 +216,7 @@ class Bench:
             raise BenchError(f"{worker.key}: {done} of {len(ids)} jobs finished")
         if worker.write and Write.objects.count() != len(ids):
             raise BenchError(f"{worker.key}: {Write.objects.count()} writes for {len(ids)} jobs")
-        if worker.job == "result" and any(get_job(i).result is None for i in ids[:50]):
+        if worker.job in ("result", "task") and any(get_job(i).status != "finished" for i in ids[:50]):
             raise BenchError(f"{worker.key}: a result is missing")
 
     def _clean_db(self) -> None:

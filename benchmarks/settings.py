@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from importlib.util import find_spec
 from typing import Any
+
+import django
 
 SECRET_KEY = "benchmarks-only"
 DEBUG = False
@@ -76,6 +79,12 @@ if os.environ.get("BENCH_DURABILITY"):
     JOBS["DEFAULT_DURABILITY"] = os.environ["BENCH_DURABILITY"]
 if os.environ.get("BENCH_LEASE_SECONDS"):
     JOBS["LEASE_SECONDS"] = float(os.environ["BENCH_LEASE_SECONDS"])
+
+# Django's Tasks framework (django.tasks on 6.0, the backport on 5.2), for the @task run.
+if django.VERSION < (6, 0) and find_spec("django_tasks"):
+    INSTALLED_APPS.append("django_tasks")
+if django.VERSION >= (6, 0) or "django_tasks" in INSTALLED_APPS:
+    TASKS = {"default": {"BACKEND": "django_jobs.tasks.JobsBackend", "QUEUES": ["default"]}}
 
 # Every worker logs at WARNING, so no worker pays for one log line per job (rqworker runs with -v 0).
 LOGGING = {
