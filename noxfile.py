@@ -10,12 +10,18 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 # (python, django, databases). Every supported Django runs against both databases: a Django release
-# changes the ORM and the backends, so SQLite alone would leave PostgreSQL untested on it. Within a
-# session the two databases run in parallel (see tests()), so each session costs about one leg.
+# changes the ORM and the backends, so SQLite alone would leave PostgreSQL untested on it. The first
+# database of a session runs the whole suite; the second runs the tests that reach the ORM through
+# django_jobs' own code in process (tests/unit, tests/integration). The slow process-level tests
+# (runjobs subprocesses, browsers, Prometheus, the fuzz test) exercise the same ORM calls, so they run
+# once per Django, on alternating databases: across the matrix each of them still meets both. Within
+# a session the two runs go in parallel (see tests()), so a session costs about one whole run.
 MATRIX = [
     ("3.11", "django>=5.2,<5.3", "sqlite,postgres"),  # the LTS on the oldest Python we support
-    ("3.12", "django>=6.0,<6.1", "sqlite,postgres"),  # the newest Django that django-prometheus 2.5 allows
+    ("3.12", "django>=6.0,<6.1", "postgres,sqlite"),  # the newest Django that django-prometheus 2.5 allows
 ]
+#: What the second database of a session runs, unless the command line names tests itself.
+IN_PROCESS = ["tests/unit", "tests/integration"]
 REDIS_DB = {"sqlite": 15, "postgres": 14}
 # Installed beside a Django: on 5.2 the backport of Django 6.0's django.tasks, for the Tasks backend's
 # tests (they skip without a Tasks framework). Not on 6.0, which tests its own django.tasks.
@@ -34,13 +40,14 @@ def lint(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("python,django,databases", MATRIX, ids=["py3.11-django5.2", "py3.12-django6.0"])
 def tests(session: nox.Session, django: str, databases: str) -> None:
-    """Each database's run in parallel: they share nothing (own Redis database, own test database)."""
+    """Each database's run in parallel: they share nothing (own Redis database, own test database).
+    The first runs the whole suite, the others the in-process tests (see MATRIX)."""
     session.install("-e", ".[test]", django, *BESIDE.get(django, []))
     first, *others = databases.split(",")
     background = []
     for db in others:
         log = open(f".nox/pytest-{db}.log", "w+")  # noqa: SIM115 - read back once the run is over
-        command = ["python", "-m", "pytest", "-p", "no:cacheprovider", *session.posargs]
+        command = ["python", "-m", "pytest", "-p", "no:cacheprovider", *(session.posargs or IN_PROCESS)]
         background.append((db, log, subprocess.Popen(command, env={**os.environ, **_env(session, db)},
                                                      stdout=log, stderr=subprocess.STDOUT)))  # fmt: skip
     session.run("python", "-m", "pytest", *session.posargs, env=_env(session, first))

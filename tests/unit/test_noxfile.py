@@ -28,6 +28,13 @@ def test_every_django_in_the_matrix_runs_against_sqlite_and_postgresql():
     assert any(django.startswith("django>=6.0") for django in runs)
 
 
+def test_the_whole_suite_meets_both_databases_across_the_matrix():
+    """The first database of a session runs every test, the second the in-process ones only."""
+    whole = {databases.split(",")[0] for _python, _django, databases in matrix()}
+    assert whole == {"sqlite", "postgres"}
+    assert constant("IN_PROCESS") == ["tests/unit", "tests/integration"]
+
+
 def test_the_tasks_backport_is_installed_beside_django_5_2_only():
     beside = constant("BESIDE")
     djangos = [django for _python, django, _databases in matrix()]
