@@ -29,8 +29,6 @@ ENABLED = find_spec("opentelemetry") is not None and find_spec("opentelemetry.tr
 if ENABLED or TYPE_CHECKING:
     from opentelemetry import context, propagate, trace
 
-#: The job-hash field that carries the enqueuer's context.
-FIELD = "dj_trace"
 #: A carrier longer than this (large baggage) keeps only the W3C trace context itself.
 MAX_CARRIER = 2048
 _W3C = ("traceparent", "tracestate")
@@ -58,7 +56,7 @@ def active() -> bool:
     )
 
 
-def _carried(raw: bytes | None) -> dict[str, str]:
+def _carried(raw: bytes) -> dict[str, str]:
     """The carrier in a job's ``dj_trace``: {} when missing or garbage (a job's own field must not
     stop its attempt)."""
     try:
@@ -103,7 +101,7 @@ class AttemptSpan:
 def attempt(claimed: Claimed) -> Iterator[AttemptSpan]:
     """Run one attempt in its span, the enqueuer's context (baggage too) current around it, so the
     job's own spans and log lines belong to the enqueuer's trace. Call only when :func:`active`."""
-    parent = propagate.extract(_carried(claimed.record.fields.get(FIELD)), context=context.Context())
+    parent = propagate.extract(_carried(claimed.record.trace), context=context.Context())
     origin = trace.get_current_span(parent).get_span_context()
     links = [trace.Link(origin)] if origin.is_valid else []
     tracer = trace.get_tracer("django_jobs")

@@ -174,3 +174,26 @@ def test_installed_without_a_provider_records_nothing_and_writes_nothing(redis_d
         handle = jobs.record.enqueue("plain")
     assert redis_db.hget(f"rq:job:{handle.id}", "dj_trace") is None
     assert run_jobs() == 1
+
+
+def test_oversized_baggage_is_left_behind_but_the_trace_context_travels(spans, redis_db):
+    token = context.attach(baggage.set_baggage("blob", "x" * (tracing.MAX_CARRIER + 1)))
+    try:
+        with trace.get_tracer("tests").start_as_current_span("enqueuer") as outer:
+            handle = jobs.record.enqueue("big-baggage")
+    finally:
+        context.detach(token)
+    assert set(json.loads(redis_db.hget(f"rq:job:{handle.id}", "dj_trace"))) == {"traceparent"}
+    run_jobs()
+    [span] = processed(spans)
+    assert span.parent.span_id == outer.get_span_context().span_id
+
+
+@pytest.mark.parametrize("garbage", [b"not json", b"[1, 2]", b'{"traceparent": "00-zz-zz-01"}'])
+def test_a_garbage_trace_field_neither_stops_the_job_nor_joins_a_trace(spans, redis_db, garbage):
+    handle = jobs.record.enqueue("garbage")
+    redis_db.hset(f"rq:job:{handle.id}", "dj_trace", garbage)
+    run_jobs()
+    [span] = processed(spans)
+    assert span.parent is None and not span.links
+    assert span.attributes["django_jobs.outcome"] == "success"
