@@ -17,10 +17,11 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from contextvars import ContextVar
 from importlib.util import find_spec
 from typing import TYPE_CHECKING, Any
 
-from .outcomes import AttemptEnded, Outcome
+from .outcomes import AttemptEnded, Outcome, Subscriber
 from .store import Claimed
 
 #: Found once at import: no per-job lookup, and no import at all when the package is absent.
@@ -97,25 +98,62 @@ class AttemptSpan:
         self.span.set_status(trace.Status(trace.StatusCode.ERROR, message[:500]))
 
 
+def _origin(claimed: Claimed) -> tuple[context.Context, list[trace.Link]]:
+    """The enqueuer's context (an empty one if the job carries none) and the link to its span."""
+    parent = propagate.extract(_carried(claimed.record.trace), context=context.Context())
+    origin = trace.get_current_span(parent).get_span_context()
+    return parent, [trace.Link(origin)] if origin.is_valid else []
+
+
+def _name(claimed: Claimed) -> str:
+    return f"process {claimed.record.name or '(unknown)'}"
+
+
+#: Set while an attempt runs in its span here, so :func:`on_attempt_ended` leaves its end to it.
+_attempting: ContextVar[bool] = ContextVar("django_jobs_attempt_span", default=False)
+
+
 @contextlib.contextmanager
 def attempt(claimed: Claimed) -> Iterator[AttemptSpan]:
     """Run one attempt in its span, the enqueuer's context (baggage too) current around it, so the
     job's own spans and log lines belong to the enqueuer's trace. Call only when :func:`active`."""
-    parent = propagate.extract(_carried(claimed.record.trace), context=context.Context())
-    origin = trace.get_current_span(parent).get_span_context()
-    links = [trace.Link(origin)] if origin.is_valid else []
+    parent, links = _origin(claimed)
     tracer = trace.get_tracer("django_jobs")
-    token = context.attach(parent)
+    token, inside = context.attach(parent), _attempting.set(True)
     try:
         with tracer.start_as_current_span(
-            f"process {claimed.record.name or '(unknown)'}",
-            kind=trace.SpanKind.CONSUMER,
-            attributes=_attributes(claimed),
-            links=links,
+            _name(claimed), kind=trace.SpanKind.CONSUMER, attributes=_attributes(claimed), links=links
         ) as span:  # what escapes it is a fault in settling, recorded as the span's error
             yield AttemptSpan(span)
     finally:
+        _attempting.reset(inside)
         context.detach(token)
+
+
+def on_attempt_ended(event: AttemptEnded) -> None:
+    """An outcome subscriber: the span of an attempt settled outside its work process (killed by the
+    hard timeout, a dead work process, an expired lease), from its start to now; the process that ran
+    it took its own span with it."""
+    if event.duration is not None or _attempting.get() or not active():
+        return
+    started = event.claimed.record.time("started_at")
+    parent, links = _origin(event.claimed)
+    span = trace.get_tracer("django_jobs").start_span(
+        _name(event.claimed),
+        context=parent,
+        kind=trace.SpanKind.CONSUMER,
+        attributes=_attributes(event.claimed),
+        links=links,
+        start_time=int(started.timestamp() * 1e9) if started else None,
+    )
+    AttemptSpan(span).ended(event)
+    span.end()
+
+
+#: For the outcome pipeline: none without OpenTelemetry, so no attempt pays a call for it.
+SUBSCRIBERS: tuple[tuple[str, Subscriber], ...] = (
+    (("Tracing an attempt settled elsewhere", on_attempt_ended),) if ENABLED else ()
+)
 
 
 def flush(timeout_millis: int = 5000) -> None:

@@ -20,9 +20,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from django_jobs import tracing
+from django_jobs import execution, outcomes, tracing
+from django_jobs.exceptions import WorkerLost
 from django_jobs.models import OutboxEntry
-from django_jobs.store import Store
+from django_jobs.store import Claimed, Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.chaos import DOWN
@@ -197,3 +198,34 @@ def test_a_garbage_trace_field_neither_stops_the_job_nor_joins_a_trace(spans, re
     [span] = processed(spans)
     assert span.parent is None and not span.links
     assert span.attributes["django_jobs.outcome"] == "success"
+
+
+def test_an_attempt_whose_work_process_died_gets_its_span_from_the_supervisor(spans, redis_db):
+    job_id, origin = request("/enqueue/?key=orphaned")
+    store = Store(redis_db)
+    _, claimed = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="n", finished_ttl=60
+    )
+    assert claimed is not None and claimed.id == job_id
+    # What the supervisor does when the work process running it dies: read the job back, settle it,
+    # publish the end.
+    held = Claimed(claimed.queue, job_id, claimed.token, store.record(job_id))
+    outcomes.publish(execution.settle_failure(store, held, WorkerLost("The work process died (pid 1).")))
+    [span] = processed(spans)
+    assert (span.context.trace_id, span.parent.span_id) == (origin.trace_id, origin.span_id)
+    assert span.attributes["django_jobs.outcome"] == "lost"
+    assert span.attributes["error.type"] == "django_jobs.exceptions.WorkerLost"
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.start_time == int(held.record.time("started_at").timestamp() * 1e9) < span.end_time
+    run_jobs()  # the retry runs in a work process's span of the same trace
+    assert [s.attributes["django_jobs.attempt"] for s in processed(spans)] == [1, 2]
+    assert {s.context.trace_id for s in processed(spans)} == {origin.trace_id}
+
+
+def test_an_undecodable_job_has_one_span_its_dead_letter_attempt(spans, redis_db):
+    handle = jobs.record.enqueue("mangled")
+    redis_db.hset(f"rq:job:{handle.id}", "data", b"\xff not a payload")
+    run_jobs()
+    [span] = processed(spans)
+    assert span.attributes["django_jobs.outcome"] == "dead"
+    assert span.status.status_code is StatusCode.ERROR
