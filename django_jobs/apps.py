@@ -21,7 +21,7 @@ class DjangoJobsConfig(AppConfig):
 
     def ready(self) -> None:
         # checks and chains register on import
-        from . import chains, checks, collectors, cron, deadletter, enqueue, outcomes, registry  # noqa: F401
+        from . import chains, checks, collectors, cron, deadletter, enqueue, outcomes, registry, tracing  # noqa: F401
         from .conf import jobs_settings, task_backend_aliases
 
         registry.deliver_through(enqueue.enqueue_calls)
@@ -31,6 +31,7 @@ class DjangoJobsConfig(AppConfig):
                 ("Dead-lettering", deadletter.on_attempt_ended),
                 ("Marking a periodic run finished", cron.on_attempt_ended),
                 *(self._task_subscribers() if tasks else ()),
+                *tracing.SUBSCRIBERS,
                 *outcomes.REPORTING,
             ]
         )

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import connections
 
-from . import backends, payload
+from . import backends, payload, tracing
 from .conf import jobs_settings
 from .connections import queue_config
 from .envelope import Call, Envelope, Options
@@ -42,13 +42,14 @@ def build(
     kwargs: dict[str, Any],
     options: Options = Options(),
 ) -> Envelope:
-    """An envelope for already-encoded arguments (dead-letter requeues come through here too)."""
+    """An envelope for already-encoded arguments (dead-letter requeues come through here too),
+    carrying the current trace context, if any."""
     queue_config(queue)  # an unknown queue fails at the first enqueue, not at import
     data = payload.dumps(name, args, kwargs, jobs_settings.MAX_PAYLOAD_BYTES).decode()
     due = time.time() + options.delay if options.delay > 0 else 0.0
     now = dt.datetime.now(dt.UTC)
     return Envelope(uuid.uuid4().hex, name, queue, data, math.ceil(timeout), due, now, options.unique_key,
-                    options.debounce, options.cron_run, options.priority or 0)  # fmt: skip
+                    options.debounce, options.cron_run, options.priority or 0, tracing.carrier())  # fmt: skip
 
 
 def _in_transaction(alias: str) -> bool:

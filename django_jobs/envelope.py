@@ -41,6 +41,7 @@ class Envelope:
     debounce: float = 0.0
     cron_run: int | None = None
     priority: int = 0
+    trace: str = ""  # the enqueuer's trace context (tracing.carrier()), "" outside a trace
 
     def __post_init__(self) -> None:
         # Every id is made here or read back from an outbox row: refuse one that breaks the id rule.
@@ -55,6 +56,8 @@ class Envelope:
         extra: dict[str, Any] = {"dj_cron": self.cron_run} if self.cron_run is not None else {}
         if self.priority:  # only then: a plain job's hash stays as it was
             extra["dj_priority"] = self.priority
+        if self.trace:
+            extra["dj_trace"] = self.trace
         return {
             **extra,
             "data": self.data,
@@ -68,8 +71,8 @@ class Envelope:
         }
 
     def options(self) -> dict[str, Any]:
-        """The outbox row's ``options``; the priority has a column of its own, which a relay that
-        predates it ignores, where an option it did not know would make it quarantine the row."""
+        """The outbox row's ``options``; the priority and the trace have columns of their own, which a
+        relay that predates them ignores, where an option it did not know would make it quarantine the row."""
         return {
             key: value
             for key, value in (

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connections, reset_queries
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from . import invocation, metrics, payload, registry
+from . import invocation, metrics, payload, registry, tracing
 from .conf import jobs_settings
 from .context import JobContext, running
 from .exceptions import JobCancelled, JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
@@ -258,7 +258,23 @@ def run(
     the code returned, so it completes the job even if this process dies in what follows.
 
     Once the job's code has returned, its outcome is final: signals, cron bookkeeping, metrics and
-    the log line are isolated, so none of them can fail a success or rerun it."""
+    the log line are isolated, so none of them can fail a success or rerun it.
+
+    With OpenTelemetry tracing on, the attempt, its outcome's subscribers included, runs in its span."""
+    if not tracing.active():
+        return _run(store, claimed, on_start, on_return)
+    with tracing.attempt(claimed) as span:
+        ended = _run(store, claimed, on_start, on_return)
+        isolated("Recording the attempt's span", lambda: span.ended(ended))
+    return ended
+
+
+def _run(
+    store: Store,
+    claimed: Claimed,
+    on_start: Callable[[float], None] | None,
+    on_return: Callable[[], None] | None,
+) -> AttemptEnded:
     started = time.perf_counter()
     name = "(unknown)"
     try:

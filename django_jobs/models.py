@@ -24,6 +24,9 @@ class OutboxEntry(models.Model):
     options = models.JSONField(default=dict, blank=True, help_text="unique_key, debounce, cron_run.")
     # db_default: rows written by code that predates the column (a rolling deploy) still insert.
     priority = models.SmallIntegerField(default=0, db_default=0, help_text="Higher starts first.")
+    trace = models.TextField(
+        default="", db_default="", blank=True, help_text="The enqueuer's trace context, if it had one."
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

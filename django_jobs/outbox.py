@@ -42,6 +42,7 @@ def row(envelope: Envelope) -> OutboxEntry:
         created_at=envelope.created_at,
         options=envelope.options(),
         priority=envelope.priority,
+        trace=envelope.trace,
     )
 
 
@@ -49,7 +50,7 @@ def envelope(entry: OutboxEntry) -> Envelope:
     """The envelope an outbox row holds; raises if the row breaks a rule an envelope checks."""
     return Envelope(
         entry.id, entry.job_name, entry.queue, entry.data, entry.timeout, entry.due, entry.created_at,
-        **entry.options, priority=entry.priority,
+        **entry.options, priority=entry.priority, trace=entry.trace,
     )  # fmt: skip
 
 

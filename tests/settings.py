@@ -133,3 +133,8 @@ LOGGING = {
 }
 if os.environ.get("JOBS_TEST_LOGGING") == "unset":  # a fresh project's: no LOGGING setting at all
     del LOGGING
+
+if os.environ.get("JOBS_TEST_OTEL_SPANS"):  # a runjobs subprocess whose spans a tracing test reads
+    from tests.otel_file import install
+
+    install(os.environ["JOBS_TEST_OTEL_SPANS"])

@@ -172,6 +172,11 @@ class JobRecord:
         return self.fields.get("data", b"")
 
     @property
+    def trace(self) -> bytes:
+        """The enqueuer's trace context (``tracing.carrier()``), empty when it had none."""
+        return self.fields.get("dj_trace", b"")
+
+    @property
     def history(self) -> list[Any]:
         return parse_history(self.fields.get("dj_history"))
 

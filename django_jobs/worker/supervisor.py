@@ -21,7 +21,7 @@ from django.db import connections
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, metrics, outcomes, stats
+from .. import execution, metrics, outcomes, stats, tracing
 from ..conf import jobs_settings
 from ..exceptions import JobCancelled, JobTimeout, WorkerLost
 from ..logs import redis_location
@@ -157,6 +157,7 @@ class Supervisor:
             except BaseException:
                 logger.exception("Work process crashed")
             finally:
+                tracing.flush()  # os._exit runs no exit handler: export the last spans first
                 os._exit(code)
         os.close(write_fd)
         os.set_blocking(read_fd, False)
