@@ -10,6 +10,9 @@ import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,15 @@ def current() -> JobContext | None:
     return _current.get()
 
 
+def running(attempt: JobContext) -> contextlib.AbstractContextManager[None]:
+    return binding(_current, attempt)
+
+
 @contextlib.contextmanager
-def running(attempt: JobContext) -> Iterator[None]:
-    token = _current.set(attempt)
+def binding(var: ContextVar[T], value: T) -> Iterator[None]:
+    """``var`` holds ``value`` inside the block, and what it held before after it."""
+    token = var.set(value)
     try:
         yield
     finally:
-        _current.reset(token)
+        var.reset(token)

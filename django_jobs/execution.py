@@ -20,7 +20,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from . import invocation, metrics, payload, registry, tracing
 from .conf import jobs_settings
-from .context import JobContext, running
+from .context import JobContext, binding, running
 from .exceptions import JobCancelled, JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
 from .logs import exception_path, exception_text, exception_traceback
 from .models import DeadLetter
@@ -39,15 +39,6 @@ _claimed: ContextVar[Claimed | None] = ContextVar("django_jobs_running_claim", d
 def current_claim() -> Claimed | None:
     """The claim of the attempt running in this context, or None outside a worker's attempt."""
     return _claimed.get()
-
-
-@contextlib.contextmanager
-def _holding(claimed: Claimed) -> Iterator[None]:
-    token = _claimed.set(claimed)
-    try:
-        yield
-    finally:
-        _claimed.reset(token)
 
 
 def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, Any] | None) -> Judgement:
@@ -237,7 +228,7 @@ def _attempt(
     try:
         db_hygiene()
         attempt = JobContext(claimed.id, definition.name, claimed.queue, claimed.attempt)
-        with running(attempt), _holding(claimed), soft_timeout(alarm):
+        with running(attempt), binding(_claimed, claimed), soft_timeout(alarm):
             value = invocation.call(
                 definition.func, args, kwargs, timeout=definition.timeout, is_async=definition.is_async
             )

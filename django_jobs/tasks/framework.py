@@ -45,26 +45,24 @@ class Framework:
         )
 
 
-def _django() -> Framework:
-    base = import_module("django.tasks.base")
-    exceptions = import_module("django.tasks.exceptions")
+def _load(package: str, invalid: str, json_module: str) -> Framework:
+    """One framework's names: ``django.tasks`` and the backport differ only in these three."""
+    base = import_module(f"{package}.base")
+    exceptions = import_module(f"{package}.exceptions")
     return Framework(
-        "django.tasks", base.Task, base.TaskResult, base.TaskContext, base.TaskError, base.TaskResultStatus,
-        import_module("django.tasks.backends.base").BaseTaskBackend, exceptions.InvalidTask,
-        exceptions.TaskResultDoesNotExist, import_module("django.tasks.signals"),
-        import_module("django.utils.json").normalize_json,
+        package, base.Task, base.TaskResult, base.TaskContext, base.TaskError, base.TaskResultStatus,
+        import_module(f"{package}.backends.base").BaseTaskBackend, getattr(exceptions, invalid),
+        exceptions.TaskResultDoesNotExist, import_module(f"{package}.signals"),
+        import_module(json_module).normalize_json,
     )  # fmt: skip
+
+
+def _django() -> Framework:
+    return _load("django.tasks", "InvalidTask", "django.utils.json")
 
 
 def _backport() -> Framework:
-    base = import_module("django_tasks.base")
-    exceptions = import_module("django_tasks.exceptions")
-    return Framework(
-        "django_tasks", base.Task, base.TaskResult, base.TaskContext, base.TaskError, base.TaskResultStatus,
-        import_module("django_tasks.backends.base").BaseTaskBackend, exceptions.InvalidTaskError,
-        exceptions.TaskResultDoesNotExist, import_module("django_tasks.signals"),
-        import_module("django_tasks.utils").normalize_json,
-    )  # fmt: skip
+    return _load("django_tasks", "InvalidTaskError", "django_tasks.utils")
 
 
 @functools.cache
