@@ -126,9 +126,10 @@ for n = 1, tonumber(ARGV[2]) do
         must(id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
         -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
         workers = workers and string.sub(workers .. '\n' .. ARGV[5], -4096) or ARGV[5]
+        -- one HSET: on the first attempt its start is also the first start (a key written again: harmless)
         redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
-                   'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1, 'dj_workers', workers)
-        if attempt == 0 then redis.call('HSET', key, 'dj_first_started', ARGV[7]) end
+                   'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1, 'dj_workers', workers,
+                   attempt == 0 and 'dj_first_started' or 'started_at', ARGV[7])
         redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
         if limit and limit[1] > 0 then
           redis.pcall('ZADD', KEYS[limit[4]], now, token)
