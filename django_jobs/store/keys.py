@@ -75,6 +75,12 @@ def scheduled_key(queue: str) -> str:
     return f"rq:scheduled:{queue}"
 
 
+def waiting_keys(job_id: str, queue: str) -> list[str]:
+    """A job's hash, then every place it can wait in ``queue``: its scheduled set and ready places
+    (the KEYS the cancel and run-now scripts share)."""
+    return [job_key(job_id), scheduled_key(queue), *ready_keys(queue)]
+
+
 def wip_key(queue: str) -> str:
     return f"rq:wip:{queue}"
 

@@ -356,14 +356,13 @@ class Store:
         if origin is None:
             return CancelResult.NOT_FOUND
         queue = text(origin)
-        call_keys = [keys.job_key(job_id), keys.scheduled_key(queue), *keys.ready_keys(queue)]
+        call_keys = keys.waiting_keys(job_id, queue)
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         return _CANCEL_REPLIES[int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl]))]
 
     def run_now(self, job_id: str, queue: str) -> int:
         """Move a scheduled job onto its queue now: 1 moved, 0 it was not scheduled, -1 no such job."""
-        call_keys = [keys.job_key(job_id), keys.scheduled_key(queue), *keys.ready_keys(queue)]
-        call_keys += [keys.wake_key(queue), keys.QUEUES_SET]
+        call_keys = [*keys.waiting_keys(job_id, queue), keys.wake_key(queue), keys.QUEUES_SET]
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         return int(self._run_now(keys=call_keys, args=[job_id, stamp]))
 
