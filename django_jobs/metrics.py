@@ -23,7 +23,8 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 JOBS_TOTAL = Counter(
     "django_jobs_jobs",
-    "Job attempts by outcome (success, retry, dead, timeout, lost, cancelled).",
+    "Job attempts by outcome (success, retry, dead, timeout, lost, cancelled, snoozed), and jobs dropped "
+    "unrun because they expired (expired).",
     ["job", "queue", "outcome"],
 )
 DURATION = Histogram(

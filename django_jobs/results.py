@@ -51,6 +51,9 @@ class JobState:
     worker_ids: tuple[str, ...]
     due_at: dt.datetime | None = None  # when a scheduled job (a retry, a delayed job) is due
     cancel_requested_at: dt.datetime | None = None  # when a running job was asked to stop (cancel())
+    snoozes: int = 0  # how often it snoozed (each snooze gave its attempt back)
+    expires_at: dt.datetime | None = None  # not started by then, it is dropped unrun
+    expired: bool = False  # dropped unrun, status CANCELED: it had not started by expires_at
 
     @property
     def finished(self) -> bool:
@@ -84,6 +87,9 @@ class JobState:
             worker_ids=tuple(w for w in record.text("dj_workers").split("\n") if w),
             due_at=dt.datetime.fromtimestamp(due, dt.UTC) if due is not None else None,
             cancel_requested_at=record.time("dj_cancel"),
+            snoozes=record.snoozes,
+            expires_at=record.expires,
+            expired=record.expired,
         )
 
 

@@ -62,7 +62,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
     limits = registry.limits_json()
     finished: Finished | None = None
     while ran < limit:
-        _, claimed = store.complete_and_claim(
+        claim = store.complete_and_claim(
             names,
             finished=finished,
             worker_name="django_jobs.testing",
@@ -71,6 +71,8 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
             finished_ttl=jobs_settings.FINISHED_TTL,
             limits=limits,
         )
+        execution.expired(store, claim.expired)
+        claimed = claim.claimed
         if claimed is None:
             break
         ran += 1

@@ -16,7 +16,7 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import Beat, CancelResult, Claimed, Finished, Pushable, Settled, Store, VanishedId, load
+from .machine import Beat, CancelResult, Claim, Claimed, Finished, Pushable, Settled, Store, VanishedId, load
 from .record import (
     JOB_ID,
     JobRecord,
@@ -42,6 +42,7 @@ __all__ = [
     "VANISHED",
     "Beat",
     "CancelResult",
+    "Claim",
     "Claimed",
     "Finished",
     "JobRecord",

@@ -87,7 +87,7 @@ class WorkProcess:
             queues = [] if self.stopping or os.getppid() != parent else self.queues
             sent = time.monotonic_ns()  # the lease of what this claims runs from no earlier than now
             try:
-                _, claimed = store.complete_and_claim(
+                claim = store.complete_and_claim(
                     queues,
                     finished=finished,
                     worker_name=self.name,
@@ -104,6 +104,8 @@ class WorkProcess:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
+            execution.expired(store, claim.expired)
+            claimed = claim.claimed
             if claimed is None:
                 self._report("D")
                 stats.flush(self.connection, every=0)

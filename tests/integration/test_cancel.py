@@ -41,7 +41,7 @@ def status(redis_db: redis.Redis, job_id: str) -> bytes | None:
 
 def claim(store: Store, nonce: str = "n") -> Claimed | None:
     """Claim the next job of the default queue as a worker would (limits included), holding its lease."""
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60,
         limits=registry.limits_json(),
     )  # fmt: skip

@@ -11,11 +11,14 @@
 -- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), and a rate
 -- counter (its name holds the window, from Redis time); both built from prefixes in ARGV, on this server.
 -- The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
+-- A job that never started (no attempt counted: a snooze gives its attempt back) and whose dj_expires
+-- (Unix time) has passed is not run: it ends canceled with dj_expired, and is reported to the caller.
 -- Per queue the high set's head goes first, then the list's, then the low set's (see ready.lua).
 -- Nothing after the pop may raise unless it first puts the id back (put_back): a script error would
 -- otherwise leave the popped id nowhere.
--- Returns {finished_ok, queue number, id, token, fields} (fields as they were before the claim),
--- {finished_ok, 'deferred'} after deferring a batch of limited jobs, or {finished_ok}.
+-- Returns {finished_ok, expired, queue number, id, token, fields} (fields as they were before the
+-- claim), {finished_ok, expired, 'deferred'} after deferring or dropping a batch, or {finished_ok, expired};
+-- expired is {queue number, id, fields, ...} of each job it dropped because it expired.
 ${NOW}
 local leases, dying, vanished = KEYS[1], KEYS[2], KEYS[3]
 local finished = 0
@@ -31,6 +34,7 @@ end
 local limits = cjson.decode(ARGV[9])
 local backoff = tonumber(ARGV[10])
 local deferred = 0
+local expired = {}
 
 -- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
 local function limit_of(name)
@@ -90,6 +94,18 @@ local function must(id, ...)
   return reply
 end
 
+-- A job that never started (no attempt counted) whose expiry has passed is never run: it ends canceled
+-- with dj_expired, before its limits are looked at (it takes no slot and starts no rate window), and
+-- is reported to the caller. Returns whether it was.
+local function expire(n, id, key, fields, attempt, expires)
+  if not (expires and attempt == 0 and now >= expires) then return false end
+  must(id, 'HSET', key, 'status', '${CANCELED}', 'ended_at', ARGV[3], 'dj_expired', ARGV[3])
+  redis.call('EXPIRE', key, ARGV[4])  -- kept like a finished job's: a duplicate push stays a no-op
+  local e = #expired
+  expired[e + 1], expired[e + 2], expired[e + 3] = n, id, fields
+  return true
+end
+
 for n = 1, tonumber(ARGV[2]) do
   local list, sched, wip, high, low = unpack(KEYS, 5 * n - 1, 5 * n + 3)
   local id = take(list, high, low)
@@ -107,35 +123,39 @@ for n = 1, tonumber(ARGV[2]) do
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
       must(id, 'ZADD', dying, now, id)
     elseif #fields > 0 then
-      local attempt, name, workers = 0, '', nil
+      local attempt, name, workers, expires = 0, '', nil, nil
       for i = 1, #fields, 2 do
         if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
         elseif fields[i] == 'description' then name = fields[i + 1]
-        elseif fields[i] == 'dj_workers' then workers = fields[i + 1] end
+        elseif fields[i] == 'dj_workers' then workers = fields[i + 1]
+        elseif fields[i] == 'dj_expires' then expires = tonumber(fields[i + 1]) end
       end
-      local limit = limit_of(name)
-      local checked, wait = pcall(blocked, limit)
-      if not checked then put_back(id, wait) end  -- a slot or rate key of the wrong type
-      if wait then
-        must(id, 'ZADD', sched, now + wait + deferred * 0.01, id)
-        redis.call('HSET', key, 'status', '${SCHEDULED}')
-        deferred = deferred + 1
-        if deferred >= 20 then return {finished, 'deferred'} end
-      else
-        local token = id .. ':' .. ARGV[8]
-        must(id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
-        -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
-        workers = workers and string.sub(workers .. '\n' .. ARGV[5], -4096) or ARGV[5]
-        -- one HSET: on the first attempt its start is also the first start (a key written again: harmless)
-        redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
-                   'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1, 'dj_workers', workers,
-                   attempt == 0 and 'dj_first_started' or 'started_at', ARGV[7])
-        redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
-        if limit and limit[1] > 0 then
-          redis.pcall('ZADD', KEYS[limit[4]], now, token)
+      if not expire(n, id, key, fields, attempt, expires) then
+        local limit = limit_of(name)
+        local checked, wait = pcall(blocked, limit)
+        if not checked then put_back(id, wait) end  -- a slot or rate key of the wrong type
+        if wait then
+          must(id, 'ZADD', sched, now + wait + deferred * 0.01, id)
+          redis.call('HSET', key, 'status', '${SCHEDULED}')
+          deferred = deferred + 1
+        else
+          local token = id .. ':' .. ARGV[8]
+          must(id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
+          -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
+          workers = workers and string.sub(workers .. '\n' .. ARGV[5], -4096) or ARGV[5]
+          -- one HSET: on the first attempt its start is also the first start (a key written again: harmless)
+          redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
+                     'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1, 'dj_workers', workers,
+                     attempt == 0 and 'dj_first_started' or 'started_at', ARGV[7])
+          redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
+          if limit and limit[1] > 0 then
+            redis.pcall('ZADD', KEYS[limit[4]], now, token)
+          end
+          return {finished, expired, n, id, token, fields}
         end
-        return {finished, n, id, token, fields}
       end
+      -- a batch of deferred or expired jobs ends this script; the caller claims again, behind them
+      if deferred + #expired / 3 >= 20 then return {finished, expired, 'deferred'} end
     else
       -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
       redis.pcall('ZADD', vanished, now, ARGV[11 + n] .. '\n' .. id)
@@ -143,4 +163,4 @@ for n = 1, tonumber(ARGV[2]) do
     id = take(list, high, low)
   end
 end
-return {finished}
+return {finished, expired}

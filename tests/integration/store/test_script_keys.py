@@ -105,13 +105,13 @@ def _every_transition(client: redis.Redis) -> None:
     wait_for(lambda: (store.next_due(["default"]) or 0) <= 0)
     run_jobs(["default"])
     handle = jobs.record.enqueue("h")
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="n", finished_ttl=60
     )
     assert claimed is not None and claimed.id == handle.id
     store.heartbeat([claimed.token], 30)
     store.release(claimed.token, claimed.queue, 60)
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="m", finished_ttl=60
     )
     assert claimed is not None
@@ -129,7 +129,7 @@ def _cancel_transitions(store: Store) -> None:
     running = jobs.record.enqueue("r")
     assert store.cancel(waiting.id, 60) is CancelResult.CANCELLED
     assert store.cancel(later.id, 60) is CancelResult.CANCELLED
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="c", finished_ttl=60
     )
     assert claimed is not None and claimed.id == running.id
@@ -149,7 +149,7 @@ def _priority_transitions(store: Store) -> None:
 
 
 def _claim(store: Store, nonce: str) -> Claimed:
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60
     )
     assert claimed is not None
