@@ -150,7 +150,8 @@ class Claimed:
 
     @property
     def attempt(self) -> int:
-        """This attempt's number, 1-based (the claim already counted it)."""
+        """This attempt's number, 1-based (the claim already counted it); 0 for a job a claim dropped
+        because it expired before it started."""
         return int_field(self.record.fields, "dj_attempt", 1)
 
 

@@ -90,7 +90,8 @@ def _stop(recorder: Recorder, client: redis.Redis) -> None:
 
 def _every_transition(client: redis.Redis) -> None:
     """Drive each script at least once: push, claim, complete, fail, release, heartbeat, promote, bury,
-    cancel (waiting, scheduled and running jobs, and the settling of a requested cancel)."""
+    cancel (waiting, scheduled and running jobs, and the settling of a requested cancel), snooze, and
+    a claim that drops an expired job."""
     jobs.debounced.options(unique_key="doc:1", debounce=0.01).enqueue("a")
     jobs.debounced.options(unique_key="doc:1", debounce=0.01).enqueue("b")
     jobs.record.options(unique_key="once").enqueue("c")
@@ -101,6 +102,8 @@ def _every_transition(client: redis.Redis) -> None:
     jobs.always_fails.enqueue("i")
     jobs.fails_then_succeeds.options(priority=5).enqueue("j", 1)  # a prioritized retry, promoted
     jobs.record.options(priority=-5, delay=0.01).enqueue("k")
+    jobs.snoozer.options(priority=2).enqueue("s", times=1, seconds=0.01)
+    jobs.record.options(expires=0.01).enqueue("x")
     store = Store.of(client)
     wait_for(lambda: (store.next_due(["default"]) or 0) <= 0)
     run_jobs(["default"])
@@ -160,8 +163,8 @@ def test_every_key_a_store_script_touches_was_passed_in_keys(recorder, redis_db)
     _every_transition(redis_db)
     _stop(recorder, redis_db)
     evalsha = [x["command"].split(" ")[1] for x in recorder.lines if x["command"].startswith("EVALSHA")]
-    assert len(set(evalsha)) >= 10  # push, claim, fail, release, heartbeat, maintain, buried, due, cancel,
-    # heads
+    assert len(set(evalsha)) >= 11  # push, claim, fail, release, heartbeat, maintain, buried, due, cancel,
+    # heads, snooze
     assert recorder.stray_keys() == {}
 
 
