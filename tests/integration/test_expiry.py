@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 from django.db import transaction
-from prometheus_client import CollectorRegistry
+from django.urls import reverse
 
-from django_jobs import CancelResult, cancel, get_job, job, metrics
+from django_jobs import CancelResult, cancel, get_job, job
 from django_jobs.enqueue import build
 from django_jobs.envelope import Options
 from django_jobs.models import DeadLetter, OutboxEntry
@@ -23,6 +23,8 @@ from django_jobs.outbox import envelope, row
 from django_jobs.signals import job_expired, job_started
 from django_jobs.store import Status
 from django_jobs.testing import capture_jobs, immediate_jobs, run_jobs
+from tests.conftest import outcome_count
+from tests.integration.dashboard_support import operator
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
@@ -31,13 +33,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def done(key: str) -> int:
     return SideEffect.objects.filter(key=key).count()
-
-
-def expired_count(name: str) -> float:
-    local = CollectorRegistry()
-    local.register(metrics.JOBS_TOTAL)
-    labels = {"job": name, "queue": "default", "outcome": "expired"}
-    return local.get_sample_value("django_jobs_jobs_total", labels) or 0.0
 
 
 @pytest.fixture
@@ -54,7 +49,7 @@ def heard() -> Iterator[list[tuple[str, dict[str, object]]]]:
 
 
 def test_a_job_not_started_by_its_expiry_is_dropped_never_run(redis_db, heard, caplog):
-    before = expired_count("tests.record")
+    before = outcome_count("tests.record", "expired")
     late = jobs.record.options(expires=0.1).enqueue("late")
     time.sleep(0.2)
     kept = jobs.record.enqueue("kept")
@@ -67,7 +62,7 @@ def test_a_job_not_started_by_its_expiry_is_dropped_never_run(redis_db, heard, c
     assert state.expires_at is not None and state.expires_at < state.finished_at
     assert 3500 < redis_db.ttl(f"rq:job:{late.id}") <= 3600  # kept like a finished job
     assert get_job(kept.id).expired is False
-    assert expired_count("tests.record") == before + 1
+    assert outcome_count("tests.record", "expired") == before + 1
     assert [(name, kw["job_id"], kw["attempt"]) for name, kw in heard] == [
         ("expired", late.id, 0),
         ("started", kept.id, 1),
@@ -159,7 +154,7 @@ def test_an_expired_job_takes_no_rate_window_and_frees_its_unique_key(redis_db):
 
 
 def test_a_long_run_of_expired_jobs_is_dropped_in_batches_and_the_job_behind_runs(redis_db):
-    before = expired_count("tests.record")
+    before = outcome_count("tests.record", "expired")
     stale = jobs.record.options(expires=0.1)
     for i in range(45):
         stale.enqueue(f"old{i}")
@@ -167,7 +162,7 @@ def test_a_long_run_of_expired_jobs_is_dropped_in_batches_and_the_job_behind_run
     jobs.record.enqueue("behind")
     assert run_jobs() == 1
     assert done("behind") == 1 and not SideEffect.objects.filter(key__startswith="old").exists()
-    assert expired_count("tests.record") == before + 45
+    assert outcome_count("tests.record", "expired") == before + 45
     assert redis_db.llen("rq:queue:default") == 0
 
 
@@ -215,3 +210,15 @@ def test_capture_mode_records_the_expiry_and_run_skips_what_expired():
     assert stale.expired and not fresh.expired
     captured.run()
     assert (done("stale"), done("fresh")) == (0, 1)
+
+
+def test_the_job_page_says_an_expired_job_expired_and_a_snoozed_one_how_often_it_snoozed(client, redis_db):
+    late = jobs.record.options(expires=0.1).enqueue("late")
+    snoozed = jobs.snoozer.enqueue("later", times=1, seconds=60)
+    time.sleep(0.2)
+    assert run_jobs() == 1
+    operator(client, "view_deadletter")
+    page = client.get(reverse("admin:django_jobs_deadletter_job", args=[late.id])).content.decode()
+    assert "canceled (expired: it had not started by its expiry)" in page and "<th>expires at</th>" in page
+    page = client.get(reverse("admin:django_jobs_deadletter_job", args=[snoozed.id])).content.decode()
+    assert "<tr><th>snoozes</th><td>1</td></tr>" in page and "<th>due at</th>" in page

@@ -12,16 +12,15 @@ import time
 from collections.abc import Callable, Iterator
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from django_jobs import CancelResult, Snooze, SnoozedTooOften, cancel, get_job, metrics, registry, stats
+from django_jobs import CancelResult, Snooze, SnoozedTooOften, cancel, get_job, registry, stats
 from django_jobs.enqueue import Options, enqueue_calls
 from django_jobs.execution import settle_snooze
 from django_jobs.models import Chain, CronRun, DeadLetter
 from django_jobs.signals import job_failed, job_retrying, job_snoozed
 from django_jobs.store import LEASES, Claimed, Settled, Status, Store
 from django_jobs.testing import capture_jobs, immediate_jobs, run_jobs
-from tests.conftest import wait_for
+from tests.conftest import outcome_count, wait_for
 from tests.testapp import jobs
 from tests.testapp.alerts import ALERTED
 from tests.testapp.models import Item, SideEffect
@@ -51,13 +50,6 @@ def claim(store: Store, nonce: str = "n") -> Claimed:
     ).claimed  # fmt: skip
     assert claimed is not None
     return claimed
-
-
-def counted(name: str, outcome: str) -> float:
-    local = CollectorRegistry()
-    local.register(metrics.JOBS_TOTAL)
-    labels = {"job": name, "queue": "default", "outcome": outcome}
-    return local.get_sample_value("django_jobs_jobs_total", labels) or 0.0
 
 
 @pytest.fixture
@@ -120,11 +112,11 @@ def test_a_snoozed_job_keeps_its_priority(redis_db):
 
 
 def test_a_snooze_is_counted_logged_and_signalled_but_no_failure(redis_db, heard, caplog):
-    before = counted("tests.snoozer", "snoozed")
+    before = outcome_count("tests.snoozer", "snoozed")
     handle = jobs.snoozer.enqueue("s", times=1, seconds=0.25)
     with caplog.at_level(logging.INFO, logger="django_jobs.worker"):
         assert run_jobs() == 1
-    assert counted("tests.snoozer", "snoozed") == before + 1
+    assert outcome_count("tests.snoozer", "snoozed") == before + 1
     assert [(name, kw["job_id"], kw["attempt"], kw["delay"]) for name, kw in heard] == [
         ("snoozed", handle.id, 1, 0.25)
     ]
