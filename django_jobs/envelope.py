@@ -32,8 +32,8 @@ def check_expires(value: object, where: str) -> float:
     seconds = value.total_seconds() if isinstance(value, dt.timedelta) else value
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
         raise ValueError(
-            f"{where}: expires is a positive number of seconds or a timedelta after the enqueue"
-            f"{' (or an aware datetime)' if where == 'options()' else ''}, got {value!r}."
+            f"{where}: expires is a positive number of seconds or a timedelta after the enqueue "
+            f"(options() also takes an aware datetime), got {value!r}."
         )
     return float(seconds)
 

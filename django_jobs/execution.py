@@ -180,7 +180,7 @@ def settle_snooze(
     return _ended(store, claimed, definition.name, outcome, duration, snooze, retry_in=retry_in)
 
 
-def expired(store: Store, dropped: Sequence[Claimed]) -> None:
+def publish_expired(store: Store, dropped: Sequence[Claimed]) -> None:
     """Publish the end of each job a claim dropped unrun because it expired before it started
     (outcome ``expired``, attempt 0): counted and logged, never dead-lettered."""
     for claimed in dropped:

@@ -71,7 +71,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
             finished_ttl=jobs_settings.FINISHED_TTL,
             limits=limits,
         )
-        execution.expired(store, claim.expired)
+        execution.publish_expired(store, claim.expired)
         claimed = claim.claimed
         if claimed is None:
             break

@@ -104,7 +104,7 @@ class WorkProcess:
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            execution.expired(store, claim.expired)
+            execution.publish_expired(store, claim.expired)
             claimed = claim.claimed
             if claimed is None:
                 self._report("D")
