@@ -173,6 +173,8 @@ def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
 
 def _expired(queues: Sequence[str], flat: Sequence[Any]) -> tuple[Claimed, ...]:
     """The jobs a claim dropped because they expired: its reply's (queue number, id, fields) triples."""
+    if not flat:
+        return ()  # the plain path: nothing expired
     return tuple(
         Claimed(queues[int(number) - 1], text(job_id), "", JobRecord(text(job_id), _pairs(fields)))
         for number, job_id, fields in zip(flat[::3], flat[1::3], flat[2::3], strict=True)
