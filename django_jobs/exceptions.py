@@ -78,6 +78,10 @@ class Snooze(JobsError):
         """How long the job waits before it runs again."""
         return self._seconds
 
+    def __reduce__(self) -> tuple[type[Snooze], tuple[float]]:
+        # Built again from its seconds, not its message (a test runner's processes pickle exceptions).
+        return type(self), (self._seconds,)
+
 
 class SnoozedTooOften(PermanentError):
     """The job snoozed more often than its ``max_snoozes`` allows: dead-lettered with reason "snoozed"."""

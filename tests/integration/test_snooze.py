@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import pickle
 import time
 from collections.abc import Callable, Iterator
 
@@ -171,6 +172,7 @@ def test_snooze_refuses_bad_values_where_it_is_built():
             Snooze(value)  # type: ignore[arg-type]
     assert Snooze(0).seconds == 0.0 and Snooze(dt.timedelta(days=30)).seconds == 30 * 86400
     assert issubclass(SnoozedTooOften, Exception) and str(Snooze(2.5)) == "Snoozed for 2.5 s."
+    assert pickle.loads(pickle.dumps(Snooze(4))).seconds == 4.0  # as a parallel test runner sends it
 
 
 # --- fenced, and a cancel wins -------------------------------------------------------------------------
