@@ -34,7 +34,15 @@ from ..store import (
 logger = logging.getLogger("django_jobs.worker")
 
 #: The type each structure must have; "none" (absent) is always fine.
-GLOBAL = {LEASES: "zset", LOST: "zset", DYING: "zset", VANISHED: "zset", QUEUES_SET: "set"}
+GLOBAL = {
+    LEASES: "zset",
+    LOST: "zset",
+    DYING: "zset",
+    VANISHED: "zset",
+    QUEUES_SET: "set",
+    keys.PAUSED: "hash",
+    keys.PARKED: "set",
+}
 
 
 def expected_types(queues: Sequence[str]) -> dict[str, str]:
