@@ -25,8 +25,8 @@ django_jobs adds what RQ lacks:
 * ``djjobs:paused``      what is paused on this server: field ``queue:<q>`` or ``job:<name>`` (a job type's
   current name), value JSON ``{"at": Redis time, "by": who, "reason": why}``. A work process leaves a
   paused queue out of its claims; a claim that pops a job of a paused type parks it in
-  ``djjobs:parked:<q>:<name>`` (a list, in the order popped; the hash gets ``dj_parked``), and
-  ``djjobs:parked`` is the set (JSON ``[queue, name]``) of the parked lists that may hold jobs.
+  ``djjobs:paused:<q>:<name>`` (a list, in the order popped; the hash gets ``dj_parked``), and
+  ``djjobs:paused:lists`` is the set (JSON ``[queue, name]``) of the parked lists that may hold jobs.
 * ``djjobs:unique:<k>``  the job holding a unique key; ``djjobs:slots:<name>`` and
   ``djjobs:rate:<name>:<window>`` a job type's concurrency slots and rate counters.
 * ``djjobs:primary``     the identity (run_id, replication id) of the server last seen as primary,
@@ -51,7 +51,7 @@ DYING = "djjobs:dying"
 VANISHED = "djjobs:vanished"
 ALERT_DUE = "djjobs:alertdue"
 PAUSED = "djjobs:paused"
-PARKED = "djjobs:parked"
+PARKED = "djjobs:paused:lists"
 PRIMARY = "djjobs:primary"
 REPLICATION_MARK = "djjobs:replmark"
 #: Prefixes of the alert keys of one fingerprint (a script scanning ALERT_DUE appends the fingerprint).
@@ -95,7 +95,7 @@ def pause_field(kind: str, name: str) -> str:
 
 def parked_key(queue: str, name: str) -> str:
     """Where the claim parks the jobs of ``queue`` whose type ``name`` is paused, in the order popped."""
-    return f"djjobs:parked:{queue}:{name}"
+    return f"djjobs:paused:{queue}:{name}"
 
 
 def wip_key(queue: str) -> str:
