@@ -46,7 +46,7 @@ REFRESH = 1.0
 #: Parked jobs one resume script moves at once (it runs O(batch) inside Redis).
 UNPARK_BATCH = 500
 
-__all__ = ["PAUSE_PERMISSION", "Held", "Pause", "Resumed", "describe", "pause", "paused", "resume"]
+__all__ = ["PAUSE_PERMISSION", "Held", "Pause", "Resumed", "describe", "pause", "paused", "resume", "target"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def pause(
     ``ConfigurationError`` for an unknown queue, ``JobNotFound`` for an unknown job, ``ValueError``
     for a bad argument, ``RedisError`` if a Redis server does not answer.
     """
-    kind, name = _target(queue, job)
+    kind, name = target(queue, job)
     if not isinstance(reason, str) or len(reason) > MAX_REASON:
         raise ValueError(f"reason is text of at most {MAX_REASON} characters, got {str(reason)[:60]!r}.")
     who = _who(actor)
@@ -90,7 +90,7 @@ def resume(
     releases parked jobs a resume that died half-way left behind). Raises as :func:`pause` does; a
     job type no longer registered can be resumed by the name it was paused under."""
     try:
-        kind, name = _target(queue, job)
+        kind, name = target(queue, job)
     except JobNotFound:
         if not any(p.kind == "job" and p.name == job for p in paused()):
             raise
@@ -124,8 +124,8 @@ def describe(one: Pause, now: float) -> str:
     return f"{one.kind} {one.name}: paused {ago} by {one.by or '?'}{why}"
 
 
-def _target(queue: str | None, job: str | registry.Job[Any, Any] | None) -> tuple[str, str]:
-    """("queue", name) or ("job", the type's current name), checked."""
+def target(queue: str | None = None, job: str | registry.Job[Any, Any] | None = None) -> tuple[str, str]:
+    """("queue", name) or ("job", the type's current name), checked: what :func:`pause` would pause."""
     if (queue is None) == (job is None):
         raise ValueError("Pass exactly one of queue= and job=.")
     if queue is not None:

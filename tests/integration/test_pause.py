@@ -30,7 +30,7 @@ from django_jobs.enqueue import build
 from django_jobs.envelope import Options
 from django_jobs.exceptions import ConfigurationError, JobNotFound
 from django_jobs.pausing import Held, Resumed
-from django_jobs.store import Store, Status
+from django_jobs.store import Status, Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
@@ -52,7 +52,13 @@ def ids(redis_db: redis.Redis, key: str) -> list[str]:
 
 def claim(store: Store, limits: str) -> object:
     return store.complete_and_claim(
-        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="n", finished_ttl=60, limits=limits
+        ["default"],
+        finished=None,
+        worker_name="w",
+        lease_seconds=30,
+        nonce="n",
+        finished_ttl=60,
+        limits=limits,
     )[1]
 
 

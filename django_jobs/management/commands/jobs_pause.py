@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
 from ...exceptions import JobsError
-from ...pausing import MAX_REASON, PAUSE_PERMISSION, describe, pause, paused
+from ...pausing import MAX_REASON, PAUSE_PERMISSION, describe, pause, paused, target
 from ..arguments import audited_user, bounded_text
 
 
@@ -49,7 +49,8 @@ class Command(BaseCommand):
                 self.stdout.write("\n".join(lines) if lines else "Nothing is paused.")
                 return
             user = audited_user(options["user"], PAUSE_PERMISSION)
-            for kind, name in wanted:
+            checked = [target(**{kind: name}) for kind, name in wanted]  # all known, before any is paused
+            for kind, name in checked:
                 now = pause(**{kind: name}, reason=options["reason"], actor=user)
                 self.stdout.write(f"{kind} {name}: {'paused' if now else 'already paused, unchanged'}")
         except (JobsError, ValueError) as exc:
