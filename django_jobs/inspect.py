@@ -6,9 +6,9 @@ LLEN, ZCARD, LINDEX 0 and a few HGETs per queue, plus one read-only script per s
 priority sets (``lua/heads.lua``: at most a few commands per priority in use), in two pipelined
 round trips per Redis server (three when the workers' current jobs are asked for), after redis-py's
 check that the script is loaded; and what is paused: the paused hash and the set of parked lists
-(one more round trip), and one LLEN per parked list in the second. It never calls RQ's registry methods, whose
-cleanup (run by ``len(registry)``, ``get_job_ids()`` or ``count``, and by django-rq's dashboard on
-every view) moves and fails jobs: looking must not change what is seen. A key of the wrong type
+(one more round trip), and one LLEN per parked list in the second. It never calls RQ's registry
+methods, whose cleanup (run by ``len(registry)``, ``get_job_ids()`` or ``count``, and by django-rq's
+dashboard on every view) moves and fails jobs: looking must not change what is seen. A key of the wrong type
 (a poison entry) reads as missing, never as an error for the whole read.
 """
 

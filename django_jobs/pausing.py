@@ -106,7 +106,7 @@ def resume(
 
 
 def paused() -> list[Pause]:
-    """What is paused, on every Redis server of ``RQ_QUEUES``: queues first, then job types, by name.
+    """What is paused, on every Redis server of ``RQ_QUEUES``: job types, then queues, each by name.
     A job type is paused on each server; it is listed once, with its first pause."""
     found: dict[tuple[str, str], Pause] = {}
     for _, connection in server_connections(list(queue_configs())):
