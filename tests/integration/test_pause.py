@@ -177,6 +177,21 @@ def test_a_pause_by_alias_or_current_name_holds_jobs_queued_under_either(redis_d
     assert done("old", "new") == ["old", "new"]
 
 
+def test_a_parked_job_takes_no_concurrency_slot_or_rate_window(redis_db):
+    pause(job=jobs.solo)  # concurrency=1
+    pause(job=jobs.hourly_quota)  # rate="1/h"
+    jobs.solo.enqueue("solo-1")
+    jobs.solo.enqueue("solo-2")
+    jobs.hourly_quota.enqueue("quota")
+    assert run_jobs() == 0
+    assert not redis_db.exists("djjobs:slots:tests.solo")
+    assert not list(redis_db.scan_iter(match="djjobs:rate:*"))
+    resume(job=jobs.solo)
+    resume(job=jobs.hourly_quota)
+    assert run_jobs() == 3  # the solo jobs one after the other, and the hour's one start of the quota
+    assert SideEffect.objects.filter(key__startswith="solo-").count() == 2 and done("quota") == ["quota"]
+
+
 def test_a_job_types_jobs_on_another_queue_are_parked_and_released_there(redis_db):
     pause(job=jobs.record)
     mail = jobs.record.options(queue="emails").enqueue("mail")
