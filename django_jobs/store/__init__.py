@@ -16,7 +16,18 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import Beat, CancelResult, Claimed, Finished, Pushable, Settled, Store, VanishedId, load
+from .machine import (
+    Beat,
+    CancelResult,
+    Claimed,
+    Finished,
+    Pause,
+    Pushable,
+    Settled,
+    Store,
+    VanishedId,
+    load,
+)
 from .record import (
     JOB_ID,
     JobRecord,
@@ -45,6 +56,7 @@ __all__ = [
     "Claimed",
     "Finished",
     "JobRecord",
+    "Pause",
     "Pushable",
     "Settled",
     "Status",
