@@ -26,6 +26,7 @@ from .store import CancelResult
 
 if TYPE_CHECKING:
     from .chains import Page, chain
+    from .pausing import pause, paused, resume
     from .retrying import retry_now
 
 __all__ = [
@@ -53,11 +54,22 @@ __all__ = [
     "get_job",
     "idempotent",
     "job",
+    "pause",
+    "paused",
+    "resume",
     "retry_now",
 ]
 
-#: Public names whose modules need the app registry ready (they use models): imported on first use.
-_AFTER_SETUP = {"chain": "chains", "Page": "chains", "retry_now": "retrying"}
+#: Public names whose modules need the app registry ready (they use models) or settings (django_rq
+#: reads them on import): imported on first use.
+_AFTER_SETUP = {
+    "chain": "chains",
+    "Page": "chains",
+    "retry_now": "retrying",
+    "pause": "pausing",
+    "resume": "pausing",
+    "paused": "pausing",
+}
 
 
 def __getattr__(name: str) -> Any:

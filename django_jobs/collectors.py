@@ -2,10 +2,10 @@
 
 They are read at scrape time from :mod:`django_jobs.inspect`: per Redis server every queue's depth,
 oldest ready job's enqueue time (the heads of its list and of each priority) and scheduled count,
-and every worker's state (O(queues + workers), never a walk over queued jobs); the database
-answers one aggregate over the dead letters (by job, status and reason) and one per outbox. A
-source that does not answer is left out of that scrape (and logged), never an error for the whole
-page.
+what is paused and since when, and every worker's state (O(queues + workers), never a walk over
+queued jobs); the database answers one aggregate over the dead letters (by job, status and reason)
+and one per outbox. A source that does not answer is left out of that scrape (and logged), never
+an error for the whole page.
 
 django-prometheus's ``/metrics`` serves prometheus_client's default registry, which
 :func:`register` adds the collector to. Under ``PROMETHEUS_MULTIPROC_DIR`` that view builds a
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 import weakref
 from collections import Counter
 from collections.abc import Iterable
@@ -30,10 +31,11 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from redis.exceptions import RedisError
 
-from . import cron, durability, inspect
+from . import cron, durability, inspect, metrics
 from .conf import jobs_settings
 from .connections import queue_configs
 from .models import DeadLetter, OutboxEntry
+from .store import Pause
 
 logger = logging.getLogger("django_jobs.metrics")
 
@@ -49,6 +51,8 @@ class JobsCollector:
         families = self._families()
         depth, age, scheduled, dead, pending, outbox_age, workers, overdue, quarantined = families
         states = Counter({"busy": 0, "idle": 0})
+        names: list[str] = []
+        pauses: list[Pause] = []
         try:
             for server in inspect.servers(sorted(queue_configs())):
                 for queue in server.queues:
@@ -57,11 +61,14 @@ class JobsCollector:
                     if queue.depth == 0 or queue.oldest_age is not None:
                         age.add_metric([queue.name], queue.oldest_age or 0.0)
                 states.update(worker.state for worker in server.workers if worker.state)
+                names += [queue.name for queue in server.queues]
+                pauses += server.pauses
         except RedisError as exc:
             logger.warning("Queue and worker gauges left out of this scrape: Redis did not answer (%s)", exc)
         else:  # a partial count would read as workers gone
             for state, count in sorted(states.items()):
                 workers.add_metric([state], count)
+        families += metrics.pause_families(names, pauses, time.time())
         try:
             by_job, by_reason = dead_letter_counts()
             for (job, status), count in sorted(by_job.items()):

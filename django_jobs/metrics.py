@@ -15,11 +15,15 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+from .store import Pause
 
 JOBS_TOTAL = Counter(
     "django_jobs_jobs",
@@ -124,6 +128,28 @@ def ledger(queue: str, *, repushed: int = 0, settled: int = 0) -> None:
     LEDGER_SETTLED.labels(queue).inc(settled)
 
 
+def pause_families(queues: Iterable[str], pauses: Iterable[Pause], now: float) -> list[GaugeMetricFamily]:
+    """The pause gauges, read at scrape time by the web side and by ``runjobs --metrics-port`` alike:
+    seconds each of ``queues`` has been paused (0 while it runs), and each paused job type."""
+    queue = GaugeMetricFamily(
+        "django_jobs_queue_paused_seconds",
+        "Seconds since the queue was paused (0 while it runs): its jobs wait, no worker takes them.",
+        labels=["queue"],
+    )
+    job = GaugeMetricFamily(
+        "django_jobs_job_paused_seconds",
+        "Seconds since the job type was paused (only paused types): its jobs are parked as they come up.",
+        labels=["job"],
+    )
+    ages: dict[tuple[str, str], float] = {("queue", name): 0.0 for name in queues}
+    for pause in pauses:
+        if pause.kind == "job" or (pause.kind, pause.name) in ages:
+            ages[pause.kind, pause.name] = max(ages.get((pause.kind, pause.name), 0.0), pause.seconds(now))
+    for (kind, name), seconds in sorted(ages.items()):
+        (queue if kind == "queue" else job).add_metric([name], seconds)
+    return [queue, job]
+
+
 def use_multiprocess(directory: str) -> None:
     """Keep this process's values, and those of processes it forks later, in ``directory``.
 
@@ -169,12 +195,15 @@ class _Files:
             return list(MultiProcessCollector(None, self.directory).collect())
 
 
-def registry() -> CollectorRegistry:
-    """The registry ``runjobs`` serves: the sum over the supervisor and all its work processes."""
+def registry(*collectors: Any) -> CollectorRegistry:
+    """The registry ``runjobs`` serves: the sum over the supervisor and all its work processes, and
+    ``collectors`` read at scrape time (the pause gauges)."""
     if _directory is None:
         raise RuntimeError("use_multiprocess() was not called")
     combined = CollectorRegistry()
     combined.register(_Files(_directory))
+    for collector in collectors:
+        combined.register(collector)
     return combined
 
 

@@ -147,6 +147,7 @@ class DeadLetter(models.Model):
             ("view_queue_overview", "Can view the queue overview"),
             ("cancel_job", "Can cancel jobs"),
             ("retry_job", "Can retry jobs now"),
+            ("pause_queue", "Can pause and resume queues and job types"),
         ]
 
     def __str__(self) -> str:

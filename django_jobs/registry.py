@@ -237,19 +237,27 @@ def _check_cron(name: str, fn: Callable[..., Any], cron: object, catch_up: str) 
     return cron
 
 
-def limits_json() -> str:
+def limits_json(paused: Iterable[str] = ()) -> str:
     """The limits of every registered name, aliases included, as the claim script reads them:
-    ``{name: [concurrency, rate count, rate period, canonical name]}``.
+    ``{name: [concurrency, rate count, rate period, canonical name]}``, plus ``true`` for the job
+    types named in ``paused`` (current names), whose jobs the claim parks.
 
-    The claim script keys its slot and rate counters by the canonical name, so a job still queued
-    under an old alias shares its limits with the jobs queued under the current name.
+    The claim script keys its slot and rate counters and parked lists by the canonical name, so a job
+    still queued under an old alias shares its limits and its pause with the jobs queued under the
+    current name. A paused name this process does not know is held all the same.
     """
-    limits = {
+    held = set(paused)
+    limits: dict[str, list[Any]] = {
         key: [d.concurrency or 0, d.rate[0] if d.rate else 0, d.rate[1] if d.rate else 1, d.name]
         for key, d in _registry.items()
-        if d.concurrency or d.rate
+        if d.concurrency or d.rate or d.name in held
     }
-    return json.dumps(limits)
+    for name in held:
+        limits.setdefault(name, [0, 0, 1, name])
+    for limit in limits.values():
+        if limit[3] in held:
+            limit.append(True)
+    return json.dumps(limits, sort_keys=True)
 
 
 def _register(definition: Job[Any, Any]) -> None:

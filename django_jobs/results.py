@@ -51,6 +51,7 @@ class JobState:
     worker_ids: tuple[str, ...]
     due_at: dt.datetime | None = None  # when a scheduled job (a retry, a delayed job) is due
     cancel_requested_at: dt.datetime | None = None  # when a running job was asked to stop (cancel())
+    paused: bool = False  # queued, but waiting for its queue or its job type to be resumed
     snoozes: int = 0  # how often it snoozed (each snooze gave its attempt back)
     expires_at: dt.datetime | None = None  # not started by then, it is dropped unrun
     expired: bool = False  # dropped unrun, status CANCELED: it had not started by expires_at
@@ -64,7 +65,7 @@ class JobState:
         return self.status is Status.FINISHED
 
     @classmethod
-    def from_record(cls, record: JobRecord, due: float | None = None) -> JobState:
+    def from_record(cls, record: JobRecord, due: float | None = None, paused: bool = False) -> JobState:
         try:
             _, args, kwargs = payload.loads(record.data)
         except PayloadError:
@@ -87,6 +88,7 @@ class JobState:
             worker_ids=tuple(w for w in record.text("dj_workers").split("\n") if w),
             due_at=dt.datetime.fromtimestamp(due, dt.UTC) if due is not None else None,
             cancel_requested_at=record.time("dj_cancel"),
+            paused=paused,
             snoozes=record.snoozes,
             expires_at=record.expires,
             expired=record.expired,
@@ -135,7 +137,8 @@ def get_job(job_id: str, *, queue: str | None = None) -> JobState:
         record = store.record(job_id)
         if record.exists:
             due = store.due_at(job_id, record.queue) if record.status is Status.SCHEDULED else None
-            return JobState.from_record(record, due)
+            paused = record.status is Status.QUEUED and store.held(record)
+            return JobState.from_record(record, due, paused)
     raise JobDoesNotExist(
         f"No job {job_id} exists: the id is unknown, or the job ended more than "
         "JOBS['FINISHED_TTL'] seconds ago and its record was removed."

@@ -15,12 +15,13 @@ from typing import Any
 from django.conf import settings
 from django.test import override_settings
 
-from . import execution, registry, stats
+from . import execution, stats
 from .backends import capture
 from .backends.capture import Captured, CapturedJob
 from .conf import jobs_settings
 from .connections import get_connection, queue_configs
 from .outcomes import Outcome
+from .pausing import Held
 from .store import Finished, Store
 
 __all__ = ["Captured", "CapturedJob", "capture_jobs", "immediate_jobs", "run_jobs"]
@@ -53,17 +54,18 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
     """Run the jobs waiting in Redis now, in this process, through the worker's own code path.
 
     Due retries and delayed jobs are promoted first. There is no hard timeout here (no
-    supervisor), but the soft timeout still applies. Returns the number of attempts run.
+    supervisor), but the soft timeout still applies. Paused queues and job types wait, as they do
+    for ``runjobs``. Returns the number of attempts run.
     """
     names = list(queues or queue_configs())
     store = Store.of(get_connection(names[0]))
     store.maintain(names)
     ran = 0
-    limits = registry.limits_json()
+    active, limits = Held(store, names).claim()
     finished: Finished | None = None
     while ran < limit:
         claim = store.complete_and_claim(
-            names,
+            active,
             finished=finished,
             worker_name="django_jobs.testing",
             lease_seconds=jobs_settings.LEASE_SECONDS,

@@ -16,7 +16,19 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import Beat, CancelResult, Claim, Claimed, Finished, Pushable, Settled, Store, VanishedId, load
+from .machine import (
+    Beat,
+    CancelResult,
+    Claim,
+    Claimed,
+    Finished,
+    Pause,
+    Pushable,
+    Settled,
+    Store,
+    VanishedId,
+    load,
+)
 from .record import (
     JOB_ID,
     JobRecord,
@@ -46,6 +58,7 @@ __all__ = [
     "Claimed",
     "Finished",
     "JobRecord",
+    "Pause",
     "Pushable",
     "Settled",
     "Status",

@@ -13,6 +13,7 @@ import datetime as dt
 import enum
 import functools
 import json
+import math
 import string
 import weakref
 from collections.abc import Iterable, Sequence
@@ -95,6 +96,10 @@ _CANCEL_REPLIES = {
 }
 
 
+#: Cancels of a job that a claim parks (or a resume releases) under it, before one gives up.
+_CANCEL_TRIES = 10
+
+
 class Settled(enum.IntEnum):
     """How a fenced end of an attempt (a failure, a hand-back) landed: the fail and release scripts' reply."""
 
@@ -109,6 +114,45 @@ class Beat:
 
     gone: set[str]
     cancelled: set[str]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A queue (``kind`` "queue") or a job type ("job", by its current name) that is paused, as the
+    paused hash records it: since when (Redis time), by whom and why."""
+
+    kind: str
+    name: str
+    at: float | None  # Unix time; None if the record cannot be read (the pause holds all the same)
+    by: str
+    reason: str
+
+    @classmethod
+    def parse(cls, field: bytes, raw: bytes) -> Pause | None:
+        """A pause from one field of the paused hash; None for a field that names no queue or job.
+        Garbage in the value still pauses (the claim asks only whether the field exists)."""
+        kind, _, name = to_text(field).partition(":")
+        if kind not in PAUSE_KINDS or not name:
+            return None
+        try:
+            record = json.loads(raw)
+            at = float(record["at"])
+            by, reason = str(record.get("by", "")), str(record.get("reason", ""))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return cls(kind, name, None, "", "(unreadable pause record)")
+        return cls(kind, name, at if math.isfinite(at) else None, by, reason)
+
+    @property
+    def since(self) -> dt.datetime | None:
+        return dt.datetime.fromtimestamp(self.at, dt.UTC) if self.at is not None else None
+
+    def seconds(self, now: float) -> float:
+        """How long it has been paused at ``now`` (Unix time); 0 if its record cannot say."""
+        return max(now - self.at, 0.0) if self.at is not None else 0.0
+
+
+#: What can be paused: a queue, or a job type.
+PAUSE_KINDS = ("queue", "job")
 
 
 @dataclass(frozen=True)
@@ -189,21 +233,28 @@ def _flat(fields: dict[str, Any]) -> list[Any]:
 def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]:
     """The claim script's fixed KEYS for these queues and limits, and its limits argument.
 
-    Worked out once per worker (the arguments do not change between claims), so a claim costs
-    nothing more than it did when the script built the names itself.
+    Worked out once per worker and set of pauses (the arguments do not change between claims), so a
+    claim costs nothing more than it did when the script built the names itself. A limit whose fifth
+    item is true is a paused type's: it gets its field in the paused hash and a parked list per queue.
     """
-    layout = [keys.LEASES, keys.DYING, keys.VANISHED]
+    layout = [keys.LEASES, keys.DYING, keys.VANISHED, keys.PAUSED, keys.PARKED]
     for queue in queues:
         layout += [keys.queue_key(queue), keys.scheduled_key(queue), keys.wip_key(queue)]
         layout += keys.priority_keys(queue)
     slots: dict[str, int] = {}
+    parked: dict[str, int] = {}
     given: dict[str, list[Any]] = json.loads(limits)
     for limit in given.values():
-        concurrency, canonical = limit[0], limit[3]
+        concurrency, canonical, paused = limit[0], limit[3], limit[4:5] == [True]
         if concurrency > 0 and canonical not in slots:
             layout.append(keys.slots_key(canonical))
             slots[canonical] = len(layout)
+        if paused and canonical not in parked:
+            parked[canonical] = len(layout) + 1
+            layout += [keys.parked_key(queue, canonical) for queue in queues]
         limit[3:] = [slots.get(canonical, 0), keys.rate_prefix(canonical)]
+        if paused:
+            limit += [keys.pause_field("job", canonical), parked[canonical], canonical]
     return layout, json.dumps(given)
 
 
@@ -237,6 +288,8 @@ class Store:
         self._cancel = load(connection, "cancel")
         self._run_now = load(connection, "run_now")
         self._move_aside = load(connection, "move_aside")
+        self._pause = load(connection, "pause")
+        self._unpark = load(connection, "unpark")
 
     @classmethod
     def of(cls, connection: Redis) -> Store:
@@ -301,7 +354,7 @@ class Store:
         tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, *queues, result]
         reply = self._complete_and_claim(keys=layout + done, args=args + tail)
         ok, expired = bool(reply[0]), _expired(queues, reply[1])
-        while len(reply) == 3:  # it deferred or dropped a batch of jobs: look behind them
+        while len(reply) == 3:  # it deferred, parked or dropped a batch of jobs: look behind them
             reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail[:-1], ""])
             expired += _expired(queues, reply[1])
         if len(reply) == 2:
@@ -386,23 +439,81 @@ class Store:
     def cancel(self, job_id: str, finished_ttl: int) -> CancelResult:
         """Cancel a waiting job, or ask a running one to stop (see ``lua/cancel.lua``).
 
-        Two round trips: the job's queue (its hash's ``origin``) names the keys the script is given."""
-        try:
-            origin = self.connection.hget(keys.job_key(job_id), "origin")
-        except ResponseError:  # not a hash: no job of ours
-            return CancelResult.NOT_FOUND
-        if origin is None:
-            return CancelResult.NOT_FOUND
-        queue = text(origin)
-        call_keys = keys.waiting_keys(job_id, queue)
-        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
-        return _CANCEL_REPLIES[int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl]))]
+        Two round trips: the job's queue (its hash's ``origin``) and its parked list, if a paused type
+        parked it, name the keys the script is given. A job parked or released in between is asked
+        about again."""
+        for _ in range(_CANCEL_TRIES):
+            try:
+                origin, parked = self.connection.hmget(keys.job_key(job_id), ["origin", "dj_parked"])
+            except ResponseError:  # not a hash: no job of ours
+                return CancelResult.NOT_FOUND
+            if origin is None:
+                return CancelResult.NOT_FOUND
+            queue, name = text(origin), text(parked) if parked is not None else ""
+            call_keys = keys.waiting_keys(job_id, queue) + ([keys.parked_key(queue, name)] if name else [])
+            stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+            reply = int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl, name]))
+            if reply in _CANCEL_REPLIES:
+                return _CANCEL_REPLIES[reply]
+        raise ResponseError(f"Job {job_id} kept moving in and out of a parked list; nothing was cancelled.")
 
     def run_now(self, job_id: str, queue: str) -> int:
         """Move a scheduled job onto its queue now: 1 moved, 0 it was not scheduled, -1 no such job."""
         call_keys = [*keys.waiting_keys(job_id, queue), keys.wake_key(queue), keys.QUEUES_SET]
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         return int(self._run_now(keys=call_keys, args=[job_id, stamp]))
+
+    def pause(self, kind: str, name: str, *, by: str, reason: str) -> bool:
+        """Pause a queue or a job type on this server (Redis time, who, why); False if it already was,
+        and its record is kept."""
+        return bool(self._pause(keys=[keys.PAUSED], args=[keys.pause_field(kind, name), by, reason]))
+
+    def resume(self, kind: str, name: str) -> bool:
+        """Lift a pause; False if there was none. A job type's parked jobs stay parked until
+        :meth:`unpark` moves them (which it does only once the type is not paused)."""
+        return bool(self.connection.hdel(keys.PAUSED, keys.pause_field(kind, name)))
+
+    def pauses(self) -> list[Pause]:
+        """Every pause on this server: one HGETALL of a small hash."""
+        return _pauses(self.connection.hgetall(keys.PAUSED))  # type: ignore[arg-type]
+
+    def parked_lists(self) -> list[tuple[str, str]]:
+        """(queue, job type) of each parked list that may hold jobs; garbage members are skipped."""
+        return _parked(self.connection.smembers(keys.PARKED))  # type: ignore[arg-type]
+
+    def held(self, record: JobRecord) -> bool:
+        """Whether a queued job waits for a pause to be lifted: it is parked, or its queue or its job
+        type (by the name it was queued under) is paused. One round trip unless it is parked."""
+        if "dj_parked" in record.fields:
+            return True
+        fields = [keys.pause_field("queue", record.queue), keys.pause_field("job", record.name)]
+        try:
+            return any(value is not None for value in self.connection.hmget(keys.PAUSED, fields))
+        except ResponseError:  # the paused hash is garbage (runjobs moves it aside): nothing it says
+            return False
+
+    def pause_state(self) -> tuple[list[Pause], list[tuple[str, str]]]:
+        """:meth:`pauses` and :meth:`parked_lists` in one round trip."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.PAUSED)
+            pipe.smembers(keys.PARKED)
+            raw, members = pipe.execute()
+        return _pauses(raw), _parked(members)
+
+    def unpark(self, queue: str, name: str, batch: int = 500) -> tuple[int, int]:
+        """Move up to ``batch`` parked jobs of type ``name`` back to the head of ``queue``, unless the
+        type is paused (see ``lua/unpark.lua``); returns (moved, still parked)."""
+        call_keys = [
+            keys.PAUSED,
+            keys.PARKED,
+            keys.parked_key(queue, name),
+            *keys.ready_keys(queue),
+            keys.wake_key(queue),
+            keys.QUEUES_SET,
+        ]
+        args: list[str | int] = [keys.pause_field("job", name), batch, keys.JOB_PREFIX, queue, name]
+        moved, left = self._unpark(keys=call_keys, args=args)
+        return int(moved), int(left)
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether the job's cancel was requested (it may be running still)."""
@@ -484,6 +595,25 @@ class Store:
             (now_s, now_us), *firsts = pipe.execute()
         dues = [float(first[0][1]) for first in firsts if first]
         return min(dues) - (now_s + now_us / 1e6) if dues else None
+
+
+def _pauses(raw: dict[bytes, bytes]) -> list[Pause]:
+    found = (Pause.parse(field, value) for field, value in raw.items())
+    return sorted((p for p in found if p is not None), key=lambda p: (p.kind, p.name))
+
+
+def _parked(members: Iterable[bytes]) -> list[tuple[str, str]]:
+    """The members of the set of parked lists (JSON ``[queue, name]``, written by the claim script)
+    as pairs, sorted; a member that is not one is skipped."""
+    found = []
+    for member in members:
+        try:
+            queue, name = json.loads(member)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(queue, str) and isinstance(name, str):
+            found.append((queue, name))
+    return sorted(found)
 
 
 def push_calls(

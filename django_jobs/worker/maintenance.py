@@ -165,6 +165,7 @@ class Maintenance:
             Every(min(interval, 1.0), self.ledger.sweep_if_due),
             Every(5.0, self.finish_dying),
             Every(5.0, self.record_vanished),
+            Every(5.0, self.release_parked),
             Every(600.0, self.prune_keys),
             Every(5.0, self.flush_alerts),
             Every(min(interval, 0.2), self.scheduler.tick),
@@ -277,6 +278,22 @@ class Maintenance:
             history=record.history,
         )
         deadletter.bury(self.store, failure, record.snapshot)
+
+    def release_parked(self) -> None:
+        """Put back on their queues the parked jobs of our queues whose type is no longer paused:
+        a resume normally does it, but one that died half-way (or a pause removed by hand) leaves
+        them; one SMEMBERS per pass while nothing is parked."""
+        lists = [(queue, name) for queue, name in self.store.parked_lists() if queue in self.queues]
+        if not lists:
+            return
+        held = {pause.name for pause in self.store.pauses() if pause.kind == "job"}
+        for queue, name in lists:
+            if name not in held:
+                moved, _ = self.store.unpark(queue, name)
+                if moved:
+                    logger.info(
+                        "Put %d parked job(s) of %s back on queue %s: it is not paused", moved, name, queue
+                    )
 
     def record_vanished(self) -> None:
         """Dead-letter the ids a claim popped after their hash was gone, so no eviction is silent."""

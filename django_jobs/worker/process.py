@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, registry, stats
+from .. import execution, stats
 from ..conf import jobs_settings
 from ..outcomes import AttemptEnded, Outcome
+from ..pausing import Held
 from ..store import Claimed, Finished, Store, wake_key
 from .guard import ClaimBoard
 
@@ -80,11 +81,12 @@ class WorkProcess:
         parent = os.getppid()
         nonce_base = uuid.uuid4().hex[:12]
         finished: Finished | None = None
-        limits = registry.limits_json()  # the registry is complete once Django is set up
+        held = Held(store, self.queues)  # the registry is complete once Django is set up
         done = 0
         backoff = 0.1
         while True:
-            queues = [] if self.stopping or os.getppid() != parent else self.queues
+            stopping = self.stopping or os.getppid() != parent
+            queues, limits = ([], "{}") if stopping else held.claim()  # paused queues left out
             sent = time.monotonic_ns()  # the lease of what this claims runs from no earlier than now
             try:
                 claim = store.complete_and_claim(
@@ -98,7 +100,7 @@ class WorkProcess:
                 )
                 finished, backoff = None, 0.1
             except RedisError as exc:
-                if finished is None and not queues:
+                if finished is None and stopping:
                     return 0  # stopping and holding nothing: nothing needs Redis any more
                 logger.warning("Redis unavailable (%s); retrying in %.1f s", exc, backoff)
                 time.sleep(backoff)
@@ -109,9 +111,9 @@ class WorkProcess:
             if claimed is None:
                 self._report("D")
                 stats.flush(self.connection, every=0)
-                if not queues or (self.burst and not self._due_soon(store)):
+                if stopping or (self.burst and not self._due_soon(store, queues)):
                     return 0
-                self._wait()
+                self._wait(queues)
                 continue
             finished = self._attempt(store, claimed, sent)
             done += 1
@@ -135,11 +137,13 @@ class WorkProcess:
         self._report("D")
         return None
 
-    def _due_soon(self, store: Store) -> bool:
-        """In burst mode: is a retry or delayed job of our queues due within ``burst_wait``? Then
-        the supervisor's maintenance promotes it and this process stays to run it."""
+    def _due_soon(self, store: Store, queues: Sequence[str]) -> bool:
+        """In burst mode: is a retry or delayed job of our (unpaused) queues due within ``burst_wait``?
+        Then the supervisor's maintenance promotes it and this process stays to run it."""
+        if not queues:
+            return False
         try:
-            due = store.next_due(self.queues)
+            due = store.next_due(queues)
         except RedisError:
             return True  # cannot tell: keep trying, as the claim loop does
         return due is not None and due <= self.burst_wait
@@ -156,9 +160,13 @@ class WorkProcess:
             logger.exception("Could not settle job %s; it will be retried once its lease expires", claimed.id)
         return None
 
-    def _wait(self) -> None:
-        """Block until a wake token arrives or a second passes; the token itself carries nothing."""
+    def _wait(self, queues: Sequence[str]) -> None:
+        """Block until a wake token of an unpaused queue arrives or a second passes; the token itself
+        carries nothing. With every queue paused, just the second."""
+        if not queues:
+            time.sleep(1.0)
+            return
         try:
-            self.connection.blpop([wake_key(q) for q in self.queues], timeout=1)
+            self.connection.blpop([wake_key(q) for q in queues], timeout=1)
         except RedisError:
             time.sleep(0.5)

@@ -4,7 +4,9 @@ not grow with the number of queued jobs."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
+import time
 
 import pytest
 import redis
@@ -18,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from django_jobs import collectors
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import rq_timestamp
+from django_jobs.testing import run_jobs
 from tests.observability.conftest import samples
 from tests.testapp import jobs
 
@@ -140,7 +143,8 @@ def test_the_cost_does_not_grow_with_queued_jobs_or_dead_letters(private_redis):
     assert set(small[0]) <= {f"cmdstat_{name}" for name in read_only | script}, small[0]
     queues = len(settings.RQ_QUEUES)  # no worker runs: a few commands per queue, and per server
     priorities = 2  # each costs a ZCARD and a ZRANGEBYSCORE in the script and an HGET of its head
-    assert sum(small[0].values()) <= 7 * queues + 5 + 3 * priorities, small[0]
+    per_server = 5 + 2  # workers, leases...; and what is paused (the paused hash, the parked lists)
+    assert sum(small[0].values()) <= 7 * queues + per_server + 3 * priorities, small[0]
     assert small[1] == 3  # one aggregate each: dead letters, outbox, overdue periodic runs
 
 
@@ -183,3 +187,19 @@ def test_cron_periods_past_their_deadline_unfinished_are_counted_per_job():
     scraped = scrape()
     assert gauge(scraped, "django_jobs_cron_overdue", job="tests.tick") == 1
     assert gauge(scraped, "django_jobs_cron_overdue", job="tests.hourly") is None
+
+
+def test_pause_gauges_count_seconds_since_each_pause_and_zero_for_running_queues(redis_db):
+    from django_jobs import pause
+
+    ninety_seconds_ago = json.dumps({"at": time.time() - 90, "by": "ops", "reason": ""})
+    redis_db.hset("djjobs:paused", "queue:emails", ninety_seconds_ago)  # as a pause 90 s ago wrote it
+    pause(job=jobs.record)
+    jobs.record.enqueue("parked")
+    run_jobs()
+    scraped = scrape()
+    assert 90 <= gauge(scraped, "django_jobs_queue_paused_seconds", queue="emails") < 100
+    assert gauge(scraped, "django_jobs_queue_paused_seconds", queue="default") == 0
+    assert 0 <= gauge(scraped, "django_jobs_job_paused_seconds", job="tests.record") < 10
+    assert gauge(scraped, "django_jobs_job_paused_seconds", job="tests.greet") is None  # only paused types
+    assert gauge(scraped, "django_jobs_queue_depth", queue="default") == 0  # a parked job is not ready

@@ -18,9 +18,10 @@ from django_jobs.eviction import eviction_policy
 from django_jobs.exceptions import ConfigurationError
 from django_jobs.inspect import QueueState, WorkerState, server_connections, servers
 from django_jobs.management.arguments import real
+from django_jobs.pausing import describe, paused
 from django_jobs.store.replication import Primary
 
-CHECKS = ("database", "redis", "workers", "age", "eviction", "quarantine", "durability")
+CHECKS = ("database", "redis", "workers", "age", "eviction", "quarantine", "durability", "paused")
 #: Seconds the oldest due ledger row may wait before the durability line warns.
 LEDGER_WARN_AGE = 1800.0
 
@@ -28,9 +29,10 @@ LEDGER_WARN_AGE = 1800.0
 class Command(BaseCommand):
     help = (
         "Exit non-zero if a database or Redis does not answer, a queue has no live worker, or a "
-        "queue's oldest job waited longer than --max-age. Warn (exit 0) about a Redis that may evict "
-        "jobs, about quarantined or vanished items and about a ledger that does not drain; report each "
-        "queue's durability level and its Redis' replicas. One line per check."
+        "running queue's oldest job waited longer than --max-age. Warn (exit 0) about a Redis that may "
+        "evict jobs, about quarantined or vanished items, about a ledger that does not drain and about "
+        "paused queues and job types; report each queue's durability level and its Redis' replicas. "
+        "One line per check."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -73,6 +75,8 @@ class Command(BaseCommand):
             self._quarantine()
         if "durability" not in skip:
             self._durability(queues)
+        if "paused" not in skip:
+            self._paused(queues)
         if failures:
             raise CommandError(f"unhealthy: {'; '.join(failures)}", returncode=1)
 
@@ -123,6 +127,17 @@ class Command(BaseCommand):
         for names, primary in servers_state:
             self._warn_unless(True, "replication", f"{', '.join(names)}: {_replication(primary)}")
 
+    def _paused(self, queues: list[str]) -> None:
+        """Each pause of these queues and of any job type: deliberate, so a warning, never a failure."""
+        try:
+            found = [p for p in paused() if p.kind == "job" or p.name in queues]
+        except RedisError:
+            return  # the redis check says so
+        for one in found:
+            self._warn_unless(False, "paused", describe(one, time.time()))
+        if not found:
+            self._warn_unless(True, "paused", "nothing")
+
     def _databases(self) -> list[str]:
         failures = []
         for alias in connections:
@@ -153,8 +168,10 @@ class Command(BaseCommand):
                 failures += self._report(bool(serving), "workers", f"{queue.name}: {serving} live")
             if "age" not in skip:
                 age = queue.oldest_age or 0.0
+                detail = f"{queue.name}: oldest job waited {age:.0f} s (limit {max_age:g})"
+                paused_queue = queue.paused is not None  # its jobs wait on purpose: the pause line says so
                 failures += self._report(
-                    age <= max_age, "age", f"{queue.name}: oldest job waited {age:.0f} s (limit {max_age:g})"
+                    age <= max_age or paused_queue, "age", detail + (", paused" if paused_queue else "")
                 )
         return failures
 

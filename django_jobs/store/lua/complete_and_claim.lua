@@ -1,11 +1,14 @@
 -- Finish the previous job, then claim the next one from the queues (in priority order).
--- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished; then five keys per queue (its list, scheduled
--- set, wip set, high and low priority sets);
--- then the slot keys of the limited job names; then, when a job finished, its wip set and its hash.
+-- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished, KEYS[4] the paused hash, KEYS[5] the set of parked
+-- lists; then five keys per queue (its list, scheduled set, wip set, high and low priority sets);
+-- then the slot keys of the limited job names, and one parked list per queue of each paused job type;
+-- then, when a job finished, its wip set and its hash.
 -- ARGV[1] finished token or '', ARGV[2] number of queues, ARGV[3] ended_at, ARGV[4] finished ttl,
 -- ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
 -- ARGV[9] JSON {job name or alias: [concurrency, rate count, rate period, index of its slot key or 0,
--- rate counter prefix]} (slots and rate windows are keyed by the canonical name, so aliases share them),
+-- rate counter prefix, and while its type is paused: its field in the paused hash, the index of its
+-- first parked list (one per queue, in order), its canonical name]} (slots, rate windows and parked
+-- lists are keyed by the canonical name, so aliases share them),
 -- ARGV[10] seconds a limited job waits, ARGV[11] the job hash prefix, ARGV[11 + n] the name of queue n,
 -- and last, the finished job's return value as JSON, or '' (not kept).
 -- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), and a rate
@@ -16,11 +19,14 @@
 -- Per queue the high set's head goes first, then the list's, then the low set's (see ready.lua).
 -- Nothing after the pop may raise unless it first puts the id back (put_back): a script error would
 -- otherwise leave the popped id nowhere.
+-- A job whose type is paused (its limits say so, and the paused hash still does: a resume may have
+-- come since the worker last looked) is parked instead: no attempt, no lease, its order kept.
 -- Returns {finished_ok, expired, queue number, id, token, fields} (fields as they were before the
--- claim), {finished_ok, expired, 'deferred'} after deferring or dropping a batch, or {finished_ok, expired};
--- expired is {queue number, id, fields, ...} of each job it dropped because it expired.
+-- claim), {finished_ok, expired, 'deferred'} after deferring, parking or dropping a batch of jobs, or
+-- {finished_ok, expired}; expired is {queue number, id, fields, ...} of each job it dropped because it
+-- expired.
 ${NOW}
-local leases, dying, vanished = KEYS[1], KEYS[2], KEYS[3]
+local leases, dying, vanished, paused, parked_lists = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local finished = 0
 if ARGV[1] ~= '' then
   if redis.call('ZREM', leases, ARGV[1]) == 1 then
@@ -33,7 +39,7 @@ if ARGV[1] ~= '' then
 end
 local limits = cjson.decode(ARGV[9])
 local backoff = tonumber(ARGV[10])
-local deferred = 0
+local deferred, parked = 0, 0
 local expired = {}
 
 -- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
@@ -95,8 +101,8 @@ local function must(id, ...)
 end
 
 -- A job that never started (no attempt counted) whose expiry has passed is never run: it ends canceled
--- with dj_expired, before its limits are looked at (it takes no slot and starts no rate window), and
--- is reported to the caller. Returns whether it was.
+-- with dj_expired, before its pause and limits are looked at (it is not parked, takes no slot and starts
+-- no rate window), and is reported to the caller. Returns whether it was.
 local function expire(n, id, key, fields, attempt, expires)
   if not (expires and attempt == 0 and now >= expires) then return false end
   must(id, 'HSET', key, 'status', '${CANCELED}', 'ended_at', ARGV[3], 'dj_expired', ARGV[3])
@@ -106,8 +112,22 @@ local function expire(n, id, key, fields, attempt, expires)
   return true
 end
 
+-- Whether the job in hand belongs to a paused type; only asked of jobs whose limits say it is.
+local function held(id, limit)
+  if not (limit and limit[6]) then return false end
+  return must(id, 'HEXISTS', paused, limit[6]) == 1
+end
+
+-- Park the job in hand at the tail of its type's parked list for queue n: it keeps its attempt count,
+-- status (queued) and order, and a resume puts it back at the head of its queue.
+local function park(id, key, limit, n)
+  must(id, 'SADD', parked_lists, cjson.encode({ARGV[11 + n], limit[8]}))
+  must(id, 'RPUSH', KEYS[limit[7] + n - 1], id)
+  redis.call('HSET', key, 'dj_parked', limit[8])
+end
+
 for n = 1, tonumber(ARGV[2]) do
-  local list, sched, wip, high, low = unpack(KEYS, 5 * n - 1, 5 * n + 3)
+  local list, sched, wip, high, low = unpack(KEYS, 5 * n + 1, 5 * n + 5)
   local id = take(list, high, low)
   while id do
     local key = ARGV[11] .. id
@@ -132,9 +152,14 @@ for n = 1, tonumber(ARGV[2]) do
       end
       if not expire(n, id, key, fields, attempt, expires) then
         local limit = limit_of(name)
-        local checked, wait = pcall(blocked, limit)
+        local parking = held(id, limit)
+        local checked, wait = true, nil
+        if not parking then checked, wait = pcall(blocked, limit) end  -- a parked job takes no slot or rate
         if not checked then put_back(id, wait) end  -- a slot or rate key of the wrong type
-        if wait then
+        if parking then
+          park(id, key, limit, n)
+          parked = parked + 1
+        elseif wait then
           must(id, 'ZADD', sched, now + wait + deferred * 0.01, id)
           redis.call('HSET', key, 'status', '${SCHEDULED}')
           deferred = deferred + 1
@@ -154,8 +179,8 @@ for n = 1, tonumber(ARGV[2]) do
           return {finished, expired, n, id, token, fields}
         end
       end
-      -- a batch of deferred or expired jobs ends this script; the caller claims again, behind them
-      if deferred + #expired / 3 >= 20 then return {finished, expired, 'deferred'} end
+      -- a batch of parked, deferred or expired jobs ends this script; the caller claims again, behind them
+      if parked >= 100 or deferred + #expired / 3 >= 20 then return {finished, expired, 'deferred'} end
     else
       -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
       redis.pcall('ZADD', vanished, now, ARGV[11 + n] .. '\n' .. id)

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from django_jobs import alerts, inspect
+from django_jobs import alerts, inspect, registry
 from django_jobs.store import LEASES, CancelResult, Claimed, Finished, Settled, Store
 from django_jobs.store.machine import load
 from django_jobs.testing import run_jobs
@@ -121,6 +121,7 @@ def _every_transition(client: redis.Redis) -> None:
     store.complete(Finished(claimed.token, claimed.queue), 60)
     _cancel_transitions(store)
     _priority_transitions(store)
+    _pause_transitions(store)
     client.zadd(LEASES, {"gone:x": 0})
     store.maintain(["default"])
     store.lost_tokens()
@@ -149,6 +150,23 @@ def _priority_transitions(store: Store) -> None:
     claimed = _claim(store, "p")
     assert store.release(claimed.token, claimed.queue, 60) is Settled.DONE
     inspect.servers(["default"])  # the read-only priority heads script
+
+
+def _pause_transitions(store: Store) -> None:
+    """Pause a type, park its jobs (one cancelled while parked), unpark the rest; pause a queue."""
+    store.pause("job", "tests.record", by="t", reason="")
+    parked, doomed = jobs.record.options(priority=2).enqueue("s"), jobs.record.enqueue("t")
+    _, claimed, _ = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="p", finished_ttl=60,
+        limits=registry.limits_json(["tests.record"]),
+    )  # fmt: skip
+    assert claimed is None
+    assert store.cancel(doomed.id, 60) is CancelResult.CANCELLED
+    store.resume("job", "tests.record")
+    moved, left = store.unpark("default", "tests.record")
+    assert moved >= 1 and left == 0
+    assert store.pause("queue", "default", by="t", reason="") is True
+    assert store.held(store.record(parked.id))
 
 
 def _claim(store: Store, nonce: str) -> Claimed:
@@ -182,3 +200,18 @@ def test_the_alert_scripts_touch_only_their_keys(recorder, redis_db, settings):
 def test_a_script_is_registered_once_per_connection(name: str, redis_db):
     loaded: Callable[[], object] = lambda: load(redis_db, name)  # noqa: E731
     assert loaded() is loaded()
+
+
+def test_a_plain_claim_asks_nothing_of_the_pauses(recorder, redis_db):
+    """With nothing paused a claim runs the same commands as before pausing existed: the paused hash is
+    read once per run (once a second in a work process), never inside a claim."""
+    for n in range(5):
+        jobs.record.enqueue(f"plain-{n}")
+    assert run_jobs(["default"]) == 5
+    _stop(recorder, redis_db)
+    ours = [line for line in recorder.lines if line["db"] == recorder.db]
+    scripted = [line["command"] for line in ours if line["client_type"] == "lua"]
+    assert scripted and not [c for c in scripted if "djjobs:paused" in c]
+    direct = [line["command"] for line in ours if line["client_type"] != "lua"]
+    reads = [c for c in direct if "djjobs:paused" in c and not c.startswith("EVALSHA")]
+    assert reads == ["HGETALL djjobs:paused"]
