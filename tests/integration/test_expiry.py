@@ -15,7 +15,7 @@ import pytest
 from django.db import transaction
 from django.urls import reverse
 
-from django_jobs import CancelResult, cancel, get_job, job
+from django_jobs import CancelResult, cancel, get_job, job, pause, resume
 from django_jobs.enqueue import build
 from django_jobs.envelope import Options
 from django_jobs.models import DeadLetter, OutboxEntry
@@ -171,6 +171,23 @@ def test_a_delayed_job_due_after_its_expiry_is_dropped_when_due(redis_db):
     time.sleep(0.3)
     assert run_jobs() == 0
     assert get_job(handle.id).expired
+
+
+def test_an_expired_job_of_a_paused_type_is_dropped_not_parked_and_a_parked_one_expires_when_released(
+    redis_db,
+):
+    assert pause(job=jobs.record) is True
+    stale = jobs.record.options(expires=0.1).enqueue("stale")
+    parked = jobs.record.options(expires=0.4).enqueue("parked")
+    time.sleep(0.15)
+    assert run_jobs() == 0
+    assert get_job(stale.id).expired and not get_job(stale.id).paused  # dropped, never parked
+    assert get_job(parked.id).paused and not get_job(parked.id).expired  # held while its type is paused
+    time.sleep(0.3)  # its expiry passes while it is parked
+    resume(job=jobs.record)
+    assert run_jobs() == 0  # back on its queue, and dropped by the claim that pops it
+    assert get_job(parked.id).expired
+    assert (done("stale"), done("parked")) == (0, 0)
 
 
 # --- the outbox keeps it ----------------------------------------------------------------------------------
