@@ -215,10 +215,10 @@ def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
     }
 
 
-def _expired(queues: Sequence[str], flat: Sequence[Any]) -> tuple[Claimed, ...]:
+def _expired(queues: Sequence[str], flat: Sequence[Any] | None) -> tuple[Claimed, ...]:
     """The jobs a claim dropped because they expired: its reply's (queue number, id, fields) triples."""
     if not flat:
-        return ()  # the plain path: nothing expired
+        return ()  # the plain path: nothing expired, and the script said so with a nil
     return tuple(
         Claimed(queues[int(number) - 1], text(job_id), "", JobRecord(text(job_id), _pairs(fields)))
         for number, job_id, fields in zip(flat[::3], flat[1::3], flat[2::3], strict=True)

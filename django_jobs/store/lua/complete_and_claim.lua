@@ -24,7 +24,7 @@
 -- Returns {finished_ok, expired, queue number, id, token, fields} (fields as they were before the
 -- claim), {finished_ok, expired, 'deferred'} after deferring, parking or dropping a batch of jobs, or
 -- {finished_ok, expired}; expired is {queue number, id, fields, ...} of each job it dropped because it
--- expired.
+-- expired, or false (nil to the caller) when none did.
 ${NOW}
 local leases, dying, vanished, paused, parked_lists = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local finished = 0
@@ -40,7 +40,7 @@ end
 local limits = cjson.decode(ARGV[9])
 local backoff = tonumber(ARGV[10])
 local deferred, parked = 0, 0
-local expired = {}
+local expired = false  -- a table once a job expired: the plain path builds none
 
 -- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
 local function limit_of(name)
@@ -102,14 +102,13 @@ end
 
 -- A job that never started (no attempt counted) whose expiry has passed is never run: it ends canceled
 -- with dj_expired, before its pause and limits are looked at (it is not parked, takes no slot and starts
--- no rate window), and is reported to the caller. Returns whether it was.
-local function expire(n, id, key, fields, attempt, expires)
-  if not (expires and attempt == 0 and now >= expires) then return false end
+-- no rate window), and is reported to the caller. The caller checks first: a plain job costs no call.
+local function expire(n, id, key, fields)
   must(id, 'HSET', key, 'status', '${CANCELED}', 'ended_at', ARGV[3], 'dj_expired', ARGV[3])
   redis.call('EXPIRE', key, ARGV[4])  -- kept like a finished job's: a duplicate push stays a no-op
+  expired = expired or {}
   local e = #expired
   expired[e + 1], expired[e + 2], expired[e + 3] = n, id, fields
-  return true
 end
 
 -- Whether the job in hand belongs to a paused type; only asked of jobs whose limits say it is.
@@ -150,7 +149,9 @@ for n = 1, tonumber(ARGV[2]) do
         elseif fields[i] == 'dj_workers' then workers = fields[i + 1]
         elseif fields[i] == 'dj_expires' then expires = tonumber(fields[i + 1]) end
       end
-      if not expire(n, id, key, fields, attempt, expires) then
+      if expires and attempt == 0 and now >= expires then
+        expire(n, id, key, fields)
+      else
         local limit = limit_of(name)
         local parking = held(id, limit)
         local checked, wait = true, nil
@@ -180,7 +181,9 @@ for n = 1, tonumber(ARGV[2]) do
         end
       end
       -- a batch of parked, deferred or expired jobs ends this script; the caller claims again, behind them
-      if parked >= 100 or deferred + #expired / 3 >= 20 then return {finished, expired, 'deferred'} end
+      if parked >= 100 or deferred + (expired and #expired / 3 or 0) >= 20 then
+        return {finished, expired, 'deferred'}
+      end
     else
       -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
       redis.pcall('ZADD', vanished, now, ARGV[11 + n] .. '\n' .. id)
