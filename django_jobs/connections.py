@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -42,6 +42,26 @@ def connection_identity(queue: str) -> str:
     )
 
 
+def by_server(queues: Sequence[str]) -> list[list[str]]:
+    """``queues`` grouped by the Redis server that holds them: the servers in the order of their first
+    queue, each one's queues in the order given."""
+    grouped: dict[str, list[str]] = {}
+    for queue in queues:
+        grouped.setdefault(connection_identity(queue), []).append(queue)
+    return list(grouped.values())
+
+
+def queues_on(queue: str) -> list[str]:
+    """Every queue of ``RQ_QUEUES`` on the Redis server of ``queue``; an entry that is not a dict (the
+    checks report it) is on none."""
+    identity = connection_identity(queue)
+    return [
+        name
+        for name, config in queue_configs().items()
+        if isinstance(config, dict) and connection_identity(name) == identity
+    ]
+
+
 def get_connection(queue: str, socket_timeout: float | None = None) -> Redis:
     """A cached client for ``queue``. The web side passes no timeout and gets JOBS' short one."""
     timeout = jobs_settings.REDIS_SOCKET_TIMEOUT if socket_timeout is None else socket_timeout
@@ -56,6 +76,15 @@ def get_connection(queue: str, socket_timeout: float | None = None) -> Redis:
             kwargs["health_check_interval"] = 30
             _cache[key] = client
         return client
+
+
+def home(queue: str) -> Redis:
+    """The web side's client of ``queue``'s Redis; for a queue missing from ``RQ_QUEUES`` (one read
+    back from a garbage job hash), the first queue's."""
+    configs = queue_configs()
+    if not configs:
+        raise ConfigurationError("settings.RQ_QUEUES is empty")
+    return get_connection(queue if queue in configs else next(iter(configs)))
 
 
 def servers(queue: str | None = None) -> Iterator[Redis]:

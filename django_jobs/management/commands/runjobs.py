@@ -78,12 +78,14 @@ class Command(BaseCommand):
             )
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
-        self._refuse_eviction(supervisor.connection)
+        for server in supervisor.servers:
+            self._refuse_eviction(server.connection)
         with contextlib.ExitStack() as stack:
             if options["metrics_port"] is not None:
                 addr, port = options["metrics_addr"], options["metrics_port"]
                 try:
-                    stack.enter_context(metrics_server.serving(addr, port, supervisor.queues))
+                    names = [server.name for server in supervisor.servers]
+                    stack.enter_context(metrics_server.serving(addr, port, supervisor.queues, names))
                 except OSError as exc:
                     raise CommandError(f"Cannot serve metrics on {addr}:{port}: {exc}") from exc
             code = supervisor.run()
