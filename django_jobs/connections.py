@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django_rq.connection_utils import get_redis_connection
 from redis import Redis
+from redis.exceptions import ResponseError
 
 from .conf import jobs_settings
 from .exceptions import ConfigurationError
@@ -99,3 +100,14 @@ def servers(queue: str | None = None) -> Iterator[Redis]:
         if identity not in seen:
             seen.add(identity)
             yield get_connection(name)
+
+
+def cluster_mode(connection: Redis) -> bool:
+    """Whether the server runs as a Redis Cluster node (``INFO cluster``): RQ's keys cannot live there,
+    since every transition touches a queue's keys and job hashes that hash to different slots. A
+    server that forbids ``INFO`` (an ACL) is taken for a standalone one; it raises only if it does
+    not answer."""
+    try:
+        return bool(connection.info("cluster").get("cluster_enabled"))
+    except ResponseError:
+        return False
