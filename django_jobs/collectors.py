@@ -68,7 +68,8 @@ class JobsCollector:
                 if worker.state and found.get(worker.name) != "busy":
                     found[worker.name] = worker.state
         if answered:  # a partial count would read as workers gone
-            states = Counter({"busy": 0, "idle": 0}) + Counter(found.values())
+            states = Counter({"busy": 0, "idle": 0})
+            states.update(found.values())
             for state, count in sorted(states.items()):
                 workers.add_metric([state], count)
         try:

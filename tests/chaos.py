@@ -47,9 +47,10 @@ def wait_port(port: int, up: bool = True, timeout: float = 10) -> None:
 class RedisServer:
     """A redis-server of our own on a spare loopback port. Its append-only file survives a stop."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *options: str) -> None:
         self.port = free_port()
         self.directory = directory
+        self.options = options  # more redis-server options, e.g. "--cluster-enabled", "yes"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -59,7 +60,7 @@ class RedisServer:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.directory)],
+             "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.directory), *self.options],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         wait_port(self.port)
