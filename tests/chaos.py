@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import redis
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -145,3 +147,17 @@ class CuttableProxy:
 
     def restore(self) -> None:
         self.start()
+
+
+def converged(client: redis.Redis) -> dict[str, int]:
+    """What is left in a Redis once every job ended: all of it should be 0."""
+    leases = {m.decode() for m in client.zrange("djjobs:leases", 0, -1)}
+    slots = [m.decode() for key in client.keys("djjobs:slots:*") for m in client.zrange(key, 0, -1)]
+    return {
+        "leases": len(leases),
+        "live slots": sum(1 for token in slots if token in leases),
+        "lost": client.zcard("djjobs:lost"),
+        "dying": client.zcard("djjobs:dying"),
+        "queued": sum(client.llen(k) for k in client.keys("rq:queue:*")),
+        "scheduled": sum(client.zcard(k) for k in client.keys("rq:scheduled:*")),
+    }
