@@ -18,8 +18,9 @@ import redis
 from django.db import connection
 
 from django_jobs.models import DeadLetter, OutboxEntry
-from tests.chaos import RedisServer, converged
+from tests.chaos import RedisServer, converged, free_port
 from tests.conftest import OUTAGE_SECONDS, wait_for
+from tests.observability.conftest import scrape, value
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
@@ -71,13 +72,18 @@ def back(server: RedisServer, how: str) -> None:
 
 @pytest.mark.parametrize("how", ["stopped", "frozen"])
 def test_a_server_that_is_out_costs_only_its_own_queues_and_loses_nothing(
-    private_redis, emails_redis, runjobs, how
+    private_redis, emails_redis, runjobs, tmp_path, how
 ):
     env = {
         "JOBS_TEST_REDIS_URL": private_redis.url,
         "JOBS_TEST_QUEUE_URLS": json.dumps({"emails": emails_redis.url}),
+        "TMPDIR": str(tmp_path),  # the metric files
     }
-    worker = runjobs("--concurrency", "2", extra_env=env)
+    port = free_port()
+    worker = runjobs(
+        "--concurrency", "2", "--metrics-port", str(port), "--metrics-addr", "127.0.0.1", extra_env=env
+    )
+    url, up = f"http://127.0.0.1:{port}/metrics", {"server": emails_redis.url}
     feeders = {queue: Feeder(queue) for queue in ("default", "emails")}
     for feeder in feeders.values():
         feeder.start()
@@ -88,6 +94,7 @@ def test_a_server_that_is_out_costs_only_its_own_queues_and_loses_nothing(
     wait_for(lambda: len(feeders["default"].sent) >= during + 10)
     # The live server's jobs enqueued during the outage run while it lasts.
     wait_for(lambda: done(feeders["default"].sent[during : during + 10]) == 10, timeout=30)
+    wait_for(lambda: value(scrape(url), "django_jobs_worker_redis_up", **up) == 0)
     time.sleep(max(OUTAGE_SECONDS - (time.monotonic() - outage), 0))
     back(emails_redis, how)
     time.sleep(1)  # jobs enqueued to both after the outage too
@@ -100,6 +107,7 @@ def test_a_server_that_is_out_costs_only_its_own_queues_and_loses_nothing(
     for server in (private_redis, emails_redis):
         client = redis.Redis.from_url(server.url)
         wait_for(lambda client=client: set(converged(client).values()) == {0}, timeout=30)
+    assert value(scrape(url), "django_jobs_worker_redis_up", **up) == 1
     assert worker.proc.poll() is None, worker.output()
     log = worker.output()
     assert f"127.0.0.1:{emails_redis.port}/0 failed" in log and "answers again" in log
