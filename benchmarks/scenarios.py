@@ -367,58 +367,59 @@ class Bench:
 
     # --- 4. enqueue ------------------------------------------------------------------------------
 
-    def enqueue_transaction(self) -> None:
-        """M enqueues inside one transaction.atomic(), timed until committed and in Redis."""
+    def _enqueuer(self, lib: str) -> Callable[[int], object]:
+        """One enqueue of a no-op with ``lib``: django_jobs (to each queue in turn), django-rq's
+        ``on_db_commit`` queue, or a bare RQ queue."""
+        if lib == "django_jobs":
+            targets = self._noops()
+            return lambda i: targets[i % len(targets)].enqueue(i)
+        queue = (
+            django_rq.get_queue(QUEUE, commit_mode="on_db_commit") if lib == "django_rq" else self._rq_queue
+        )
+        return lambda i: queue.enqueue(rq_noop, i)
+
+    def enqueue_transaction(self, rq: bool = True) -> None:
+        """M enqueues inside one transaction.atomic(), timed until committed and in Redis; with
+        django-rq's ``on_db_commit`` beside django_jobs unless not ``rq``."""
         m = self.sizes.enqueue_tx
-        times: dict[str, list[float]] = {"django_jobs": [], "django_rq": []}
-        rq_queue = django_rq.get_queue(QUEUE, commit_mode="on_db_commit")
+        libs = ("django_jobs", "django_rq") if rq else ("django_jobs",)
+        times: dict[str, list[float]] = {lib: [] for lib in libs}
         self._warm_up()
         for _ in range(self.sizes.repeat):
-            self._flush()
-            self._clean_db()
-            targets = self._noops()
-            started = time.perf_counter()
-            with transaction.atomic():
-                for i in range(m):
-                    targets[i % len(targets)].enqueue(i)
-            times["django_jobs"].append(time.perf_counter() - started)
-            self._expect_queued(m)
-            self._flush()
-            started = time.perf_counter()
-            with transaction.atomic():
-                for i in range(m):
-                    rq_queue.enqueue(rq_noop, i)
-            times["django_rq"].append(time.perf_counter() - started)
-            self._expect_queued(m)
-            dj, rq = times["django_jobs"][-1], times["django_rq"][-1]
-            self.log(f"  transaction of {m}: django_jobs {dj:.2f} s, django-rq {rq:.2f} s")
+            for lib in libs:
+                self._flush()
+                self._clean_db()
+                enqueue = self._enqueuer(lib)
+                started = time.perf_counter()
+                with transaction.atomic():
+                    for i in range(m):
+                        enqueue(i)
+                times[lib].append(time.perf_counter() - started)
+                self._expect_queued(m)
+            self.log(f"  transaction of {m}: " + ", ".join(f"{lib} {times[lib][-1]:.2f} s" for lib in libs))
         self._clean_db()
         self.results["enqueue_tx"] = {k: statistics.median(v) for k, v in times.items()}
 
-    def enqueue_single(self) -> None:
-        """M enqueues one by one outside any transaction: django_jobs vs bare rq.Queue.enqueue."""
+    def enqueue_single(self, rq: bool = True) -> None:
+        """M enqueues one by one outside any transaction: django_jobs vs bare rq.Queue.enqueue
+        (unless not ``rq``)."""
         m = self.sizes.enqueue_single
-        times: dict[str, list[float]] = {"django_jobs": [], "rq": []}
+        libs = ("django_jobs", "rq") if rq else ("django_jobs",)
+        times: dict[str, list[float]] = {lib: [] for lib in libs}
         counts: dict[str, RedisCount] = {}
-        rq_queue = self._rq_queue
         self._warm_up()
         for _ in range(self.sizes.repeat):
-            for lib in ("django_jobs", "rq"):
+            for lib in libs:
                 self._flush()
                 base = self._start_count()
-                targets = self._noops()
+                enqueue = self._enqueuer(lib)
                 started = time.perf_counter()
-                if lib == "django_jobs":
-                    for i in range(m):
-                        targets[i % len(targets)].enqueue(i)
-                else:
-                    for i in range(m):
-                        rq_queue.enqueue(rq_noop, i)
+                for i in range(m):
+                    enqueue(i)
                 times[lib].append(time.perf_counter() - started)
                 counts[lib] = self._count_since(base)
                 self._expect_queued(m)
-            dj, rq = times["django_jobs"][-1], times["rq"][-1]
-            self.log(f"  {m} single enqueues: django_jobs {dj:.3f} s, rq {rq:.3f} s")
+            self.log(f"  {m} single enqueues: " + ", ".join(f"{lib} {times[lib][-1]:.3f} s" for lib in libs))
         self.results["enqueue_single"] = {k: statistics.median(v) for k, v in times.items()}
         self.results["enqueue_single_redis"] = {
             k: {"commands": c.commands / m, "round_trips": c.reads / m} for k, c in counts.items()

@@ -92,8 +92,8 @@ def compare(
         log(f"Setup {name}")
         with setup(bench, env, name):
             bench.throughput(["runjobs_c2"], wall=False)
-            bench.enqueue_single()
-            bench.enqueue_transaction()
+            bench.enqueue_single(rq=False)
+            bench.enqueue_transaction(rq=False)
             bench.latency(due=False)
         out[name] = {
             "runjobs_c2": bench.results["throughput"].get("runjobs_c2", 0.0),
