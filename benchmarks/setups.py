@@ -17,6 +17,8 @@ process and every ``runjobs`` it starts get the setup's settings (``BENCH_DURABI
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import statistics
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -83,29 +85,44 @@ def setup(bench: Any, env: dict[str, str], name: str) -> Iterator[None]:
 def compare(
     bench: Any, env: dict[str, str], names: Sequence[str], log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """Run the four measures in each setup; returns {setup: {measure: value}}. The other sections'
-    results are left as they were."""
-    out: dict[str, Any] = {}
-    sizes = bench.sizes
-    kept = dict(bench.results)
-    for name in names:
-        log(f"Setup {name}")
-        with setup(bench, env, name):
-            bench.throughput(["runjobs_c2"], wall=False)
-            bench.enqueue_single(rq=False)
-            bench.enqueue_transaction(rq=False)
-            bench.latency(due=False)
-        out[name] = {
-            "runjobs_c2": bench.results["throughput"].get("runjobs_c2", 0.0),
-            "enqueue_single_us": bench.results["enqueue_single"]["django_jobs"] / sizes.enqueue_single * 1e6,
-            "enqueue_single_round_trips": bench.results["enqueue_single_redis"]["django_jobs"]["round_trips"],
-            "enqueue_tx_s": bench.results["enqueue_tx"]["django_jobs"],
-            "latency_p50_ms": bench.results["latency"]["p50_ms"],
-            "latency_p99_ms": bench.results["latency"]["p99_ms"],
-        }
-    bench.results.clear()
-    bench.results.update(kept)
-    return out
+    """Run the four measures in each setup; returns {setup: {measure: median}}. The setups take
+    turns, one run each per repetition, so a machine that gets busier or quieter moves them all
+    alike. The other sections' results are left as they were."""
+    sizes, kept = bench.sizes, dict(bench.results)
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    bench.sizes = dataclasses.replace(sizes, repeat=1)
+    try:
+        for rep in range(sizes.repeat):
+            for name in names:
+                log(f"Setup {name}, run {rep + 1} of {sizes.repeat}")
+                with setup(bench, env, name):
+                    runs[name].append(_measure(bench))
+    finally:
+        bench.sizes = sizes
+        bench.results.clear()
+        bench.results.update(kept)
+    return {
+        name: {key: statistics.median(run[key] for run in rows) for key in rows[0]}
+        for name, rows in runs.items()
+        if rows
+    }
+
+
+def _measure(bench: Any) -> dict[str, float]:
+    """One run of each measure in the current setup."""
+    bench.throughput(["runjobs_c2"], wall=False)
+    bench.enqueue_single(rq=False)
+    bench.enqueue_transaction(rq=False)
+    bench.latency(due=False)
+    results = bench.results
+    return {
+        "runjobs_c2": results["throughput"].get("runjobs_c2", 0.0),
+        "enqueue_single_us": results["enqueue_single"]["django_jobs"] / bench.sizes.enqueue_single * 1e6,
+        "enqueue_single_round_trips": results["enqueue_single_redis"]["django_jobs"]["round_trips"],
+        "enqueue_tx_s": results["enqueue_tx"]["django_jobs"],
+        "latency_p50_ms": results["latency"]["p50_ms"],
+        "latency_p99_ms": results["latency"]["p99_ms"],
+    }
 
 
 def _ratio(value: float, base: float) -> str:

@@ -423,8 +423,7 @@ class Supervisor:
             if shard.reach.up():
                 try:
                     self._register(shard, lease)
-                except RedisError as exc:
-                    logger.warning("Could not refresh the worker records (%s); retrying.", exc)
+                except RedisError as exc:  # logged there; the records are refreshed once it answers
                     shard.reach.failed(exc)
 
     def _register(self, shard: Shard, lease: float) -> None:
@@ -480,6 +479,7 @@ class Supervisor:
         stats.flush(self._stats_target)
 
     def _stats_target(self, queue: str) -> Redis | None:
+        """Where the outcome counts of ``queue`` go now: its server, unless that one is set aside."""
         shard = self.shard_of.get(queue, self.shards[0])
         return None if shard.reach.down else shard.store.connection
 
