@@ -72,6 +72,13 @@ LEDGER_REPUSHED = Counter(
 LEDGER_SETTLED = Counter(
     "django_jobs_ledger_settled", "Ledger rows removed because their job finished.", ["queue"]
 )
+REDIS_UP = Gauge(
+    "django_jobs_worker_redis_up",
+    "1 while runjobs reaches a Redis server whose queues it serves, 0 while it has set the server aside "
+    "as down (its queues wait; the other servers' are served).",
+    ["server"],
+    multiprocess_mode="livemax",
+)
 _ALL = (
     JOBS_TOTAL,
     DURATION,
@@ -82,6 +89,7 @@ _ALL = (
     UNREPLICATED,
     LEDGER_REPUSHED,
     LEDGER_SETTLED,
+    REDIS_UP,
 )
 #: Counters, histograms and summaries add up across processes, so dead processes' files can be merged.
 _ADDITIVE = ("counter", "histogram", "summary")
@@ -149,6 +157,11 @@ def pause_families(queues: Iterable[str], pauses: Iterable[Pause], now: float) -
     return [queue, job]
 
 
+def redis_up(server: str, up: bool) -> None:
+    """runjobs found a server it serves down (``up`` False), or answering again."""
+    REDIS_UP.labels(server).set(1 if up else 0)
+
+
 def use_multiprocess(directory: str) -> None:
     """Keep this process's values, and those of processes it forks later, in ``directory``.
 
@@ -164,9 +177,17 @@ def use_multiprocess(directory: str) -> None:
     values.ValueClass = values.MultiProcessValue()  # a fresh one: its files go to ``directory``
 
 
-def initialise(queues: Sequence[str], jobs: Iterable[tuple[str, str]], outcomes: Iterable[str]) -> None:
-    """Create every series at zero, so ``rate()`` and ``increase()`` see a job's first failure."""
+def initialise(
+    queues: Sequence[str],
+    jobs: Iterable[tuple[str, str]],
+    outcomes: Iterable[str],
+    servers: Iterable[str] = (),
+) -> None:
+    """Create every series at zero, so ``rate()`` and ``increase()`` see a job's first failure; each
+    server is up until runjobs finds it down."""
     outcomes = list(outcomes)
+    for server in servers:
+        REDIS_UP.labels(server).set(1)
     for queue in queues:
         BUSY.labels(queue).set(0)
         VANISHED.labels(queue)

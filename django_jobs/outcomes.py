@@ -140,7 +140,7 @@ def count(event: AttemptEnded) -> None:
 
 def record(event: AttemptEnded) -> None:
     """The dashboard's hourly and daily counts."""
-    stats.record(event.name, event.outcome.value)
+    stats.record(event.name, event.outcome.value, event.queue)
 
 
 def log(event: AttemptEnded) -> None:

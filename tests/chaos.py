@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import redis
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -47,9 +49,10 @@ def wait_port(port: int, up: bool = True, timeout: float = 10) -> None:
 class RedisServer:
     """A redis-server of our own on a spare loopback port. Its append-only file survives a stop."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *options: str) -> None:
         self.port = free_port()
         self.directory = directory
+        self.options = options  # more redis-server options, e.g. "--cluster-enabled", "yes"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -59,7 +62,7 @@ class RedisServer:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.directory)],
+             "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.directory), *self.options],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         wait_port(self.port)
@@ -144,3 +147,17 @@ class CuttableProxy:
 
     def restore(self) -> None:
         self.start()
+
+
+def converged(client: redis.Redis) -> dict[str, int]:
+    """What is left in a Redis once every job ended: all of it should be 0."""
+    leases = {m.decode() for m in client.zrange("djjobs:leases", 0, -1)}
+    slots = [m.decode() for key in client.keys("djjobs:slots:*") for m in client.zrange(key, 0, -1)]
+    return {
+        "leases": len(leases),
+        "live slots": sum(1 for token in slots if token in leases),
+        "lost": client.zcard("djjobs:lost"),
+        "dying": client.zcard("djjobs:dying"),
+        "queued": sum(client.llen(k) for k in client.keys("rq:queue:*")),
+        "scheduled": sum(client.zcard(k) for k in client.keys("rq:scheduled:*")),
+    }

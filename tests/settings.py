@@ -87,6 +87,9 @@ RQ_QUEUES = {
     "default": {**_REDIS, "SERIALIZER": "rq.serializers.JSONSerializer"},
     "emails": {**_REDIS, "SERIALIZER": "rq.serializers.JSONSerializer"},
 }
+# {queue: url}: queues that live on another Redis server (the sharding tests' runjobs).
+for _queue, _url in json.loads(os.environ.get("JOBS_TEST_QUEUE_URLS", "{}")).items():
+    RQ_QUEUES[_queue] = {"URL": _url, "SERIALIZER": "rq.serializers.JSONSerializer"}
 JOBS = {
     "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins", "tests.testapp.alerts.remember"],
     "LEASE_SECONDS": float(os.environ.get("JOBS_TEST_LEASE", "3")),

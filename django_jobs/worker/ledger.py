@@ -55,11 +55,17 @@ def _chunks(items: Sequence[str], size: int = 900) -> Iterable[Sequence[str]]:
 
 
 class Ledger:
-    """Settles and reconciles ledger rows; ``relay`` pushes rows the way the outbox relay does
-    (grouped, one bad row isolated and quarantined) and returns the queues whose Redis was down."""
+    """Settles and reconciles the ledger rows of one Redis server's queues (``owns(queue)``);
+    ``relay`` pushes rows the way the outbox relay does (grouped, one bad row isolated and
+    quarantined) and returns the queues whose Redis was down."""
 
-    def __init__(self, store: Store, relay: Callable[[str, list[OutboxEntry]], set[str]]) -> None:
-        self.store, self.relay = store, relay
+    def __init__(
+        self,
+        store: Store,
+        relay: Callable[[str, list[OutboxEntry]], set[str]],
+        owns: Callable[[str], bool] = lambda queue: True,
+    ) -> None:
+        self.store, self.relay, self.owns = store, relay, owns
         self.watched: dict[str, str] = {}  # job id -> queue, of attempts started under this runjobs
         self.identity: tuple[str, str] | None = None
         self.reachable = True
@@ -71,6 +77,10 @@ class Ledger:
             if len(self.watched) >= WATCH_LIMIT:
                 self.watched.pop(next(iter(self.watched)))
             self.watched[job_id] = queue
+
+    def lost_contact(self) -> None:
+        """Redis did not answer: once it does again, sweep (rows committed meanwhile were not pushed)."""
+        self.reachable = False
 
     # --- settling what ran here ------------------------------------------------------------------
 
@@ -117,8 +127,8 @@ class Ledger:
         self.sweep_at = now + max(jobs_settings.LEDGER_SWEEP_INTERVAL, SWEEP_DUTY * took)
 
     def sweep(self) -> None:
-        """Reconcile every pending ledger row older than a second with Redis."""
-        queues = ledger_queues()
+        """Reconcile every pending ledger row of this server's queues older than a second with Redis."""
+        queues = [queue for queue in ledger_queues() if self.owns(queue)]
         if not queues:
             return
         cutoff = timezone.now() - dt.timedelta(seconds=1)  # fresh rows are still being pushed
