@@ -57,6 +57,12 @@ class Served:
     def queues(self) -> tuple[str, ...]:
         return self.reach.server.queues
 
+    @classmethod
+    def of(cls, server: Server) -> Served:
+        """A server as a work process serves it; the registry must be complete (Django set up)."""
+        store = Store.of(server.connection)
+        return cls(store, Reach(server), Held(store, server.queues))
+
     def unpaused(self) -> list[str]:
         """Its queues a claim asks, in order: the paused ones are left out."""
         return self.held.claim()[0]
@@ -101,12 +107,7 @@ class WorkProcess:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which decides
 
     def run(self) -> int:
-        # the registry is complete once Django is set up: each Held reads the limits from it
-        served = [
-            Served(store, Reach(server), Held(store, server.queues))
-            for server in self.servers
-            for store in (Store.of(server.connection),)
-        ]
+        served = [Served.of(server) for server in self.servers]
         by_queue = {queue: one for one in served for queue in one.queues}
 
         def where(queue: str) -> Redis | None:

@@ -25,7 +25,7 @@ from django_jobs.testing import run_jobs
 from django_jobs.worker import SHARDED_SOCKET_TIMEOUT, WORKER_SOCKET_TIMEOUT, build_supervisor
 from django_jobs.worker.maintenance import Maintenance
 from django_jobs.worker.process import Served, WorkProcess
-from django_jobs.worker.servers import Reach, wait_any
+from django_jobs.worker.servers import wait_any
 from tests.chaos import RedisServer
 from tests.conftest import wait_for
 from tests.testapp import jobs
@@ -44,12 +44,12 @@ def queued(connection: redis.Redis, queue: str) -> list[bytes]:
 
 def served(queues: list[str]) -> list[Served]:
     """A work process's view of the servers of ``queues``, as runjobs builds it."""
-    return [Served(Store.of(s.connection), Reach(s)) for s in build_supervisor(queues).servers]
+    return [Served.of(s) for s in build_supervisor(queues).servers]
 
 
 def claim(one: list[Served]) -> tuple[Served, object] | None:
     process = WorkProcess([s.reach.server for s in one], "host.1", report_fd=-1)
-    return process._claim(one, False, "n", "{}")
+    return process._claim(one, False, "n")
 
 
 def test_runjobs_serves_queues_on_two_servers_grouped_in_the_order_given(redis_db, emails_redis):
