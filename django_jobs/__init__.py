@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Any
 from .cancellation import cancel, cancel_requested
 from .context import JobContext
 from .context import current as current_job
-from .exceptions import JobCancelled, JobDoesNotExist, JobsError, PayloadError, PermanentError, ResultError
+from .exceptions import (
+    JobCancelled,
+    JobDoesNotExist,
+    JobsError,
+    PayloadError,
+    PermanentError,
+    ResultError,
+    Snooze,
+    SnoozedTooOften,
+)
 from .idempotency import claim, claim_key, idempotent
 from .policy import RetryPolicy
 from .registry import job
@@ -34,6 +43,8 @@ __all__ = [
     "PermanentError",
     "ResultError",
     "RetryPolicy",
+    "Snooze",
+    "SnoozedTooOften",
     "cancel",
     "cancel_requested",
     "chain",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -46,10 +45,12 @@ def build(
     carrying the current trace context, if any."""
     queue_config(queue)  # an unknown queue fails at the first enqueue, not at import
     data = payload.dumps(name, args, kwargs, jobs_settings.MAX_PAYLOAD_BYTES).decode()
-    due = time.time() + options.delay if options.delay > 0 else 0.0
     now = dt.datetime.now(dt.UTC)
+    due = now.timestamp() + options.delay if options.delay > 0 else 0.0
+    expires = options.expires_at or (now.timestamp() + options.expires_in if options.expires_in else 0.0)
     return Envelope(uuid.uuid4().hex, name, queue, data, math.ceil(timeout), due, now, options.unique_key,
-                    options.debounce, options.cron_run, options.priority or 0, tracing.carrier())  # fmt: skip
+                    options.debounce, options.cron_run, options.priority or 0, tracing.carrier(),
+                    expires)  # fmt: skip
 
 
 def _in_transaction(alias: str) -> bool:
@@ -97,6 +98,8 @@ def enqueue_envelopes(
     (``created_at``, which ``get_job()`` reads back as ``enqueued_at``)."""
     if options.priority is None:
         options = dataclasses.replace(options, priority=definition.priority)
+    if definition.expires and not (options.expires_in or options.expires_at):
+        options = dataclasses.replace(options, expires_in=definition.expires)
     envelopes = []
     for args, kwargs in calls:
         encoded_args, encoded_kwargs = payload.encode(args, kwargs)

@@ -4,6 +4,7 @@ was enqueued with. Below all three, so none imports another."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,26 @@ def check_priority(value: object, where: str) -> int:
     return value
 
 
+def check_expires(value: object, where: str) -> float:
+    """``value`` (seconds or a timedelta) as positive, finite seconds; otherwise a ValueError."""
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
+        raise ValueError(
+            f"{where}: expires is a positive number of seconds or a timedelta after the enqueue "
+            f"(options() also takes an aware datetime), got {value!r}."
+        )
+    return float(seconds)
+
+
+def expiry(value: float | dt.timedelta | dt.datetime) -> tuple[float, float]:
+    """``options(expires=...)``: (seconds after the enqueue, 0), or (0, Unix time) for an aware datetime."""
+    if not isinstance(value, dt.datetime):
+        return check_expires(value, "options()"), 0.0
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"options(expires=...) needs an aware datetime, got the naive {value!r}.")
+    return 0.0, value.timestamp()
+
+
 @dataclass(frozen=True)
 class Envelope:
     """One job ready to push: the same data whether it comes from a call or an outbox row."""
@@ -42,6 +63,7 @@ class Envelope:
     cron_run: int | None = None
     priority: int = 0
     trace: str = ""  # the enqueuer's trace context (tracing.carrier()), "" outside a trace
+    expires: float = 0.0  # Unix time after which it is dropped unrun if it has not started; 0: never
 
     def __post_init__(self) -> None:
         # Every id is made here or read back from an outbox row: refuse one that breaks the id rule.
@@ -58,6 +80,8 @@ class Envelope:
             extra["dj_priority"] = self.priority
         if self.trace:
             extra["dj_trace"] = self.trace
+        if self.expires:
+            extra["dj_expires"] = f"{self.expires:.3f}"
         return {
             **extra,
             "data": self.data,
@@ -71,8 +95,9 @@ class Envelope:
         }
 
     def options(self) -> dict[str, Any]:
-        """The outbox row's ``options``; the priority and the trace have columns of their own, which a
-        relay that predates them ignores, where an option it did not know would make it quarantine the row."""
+        """The outbox row's ``options``; the priority, the trace and the expiry have columns of their own,
+        which a relay that predates them ignores, where an option it did not know would make it
+        quarantine the row."""
         return {
             key: value
             for key, value in (
@@ -94,6 +119,8 @@ class Options:
     cron_run: int | None = None  # the CronRun this job fires
     queue: str = ""  # another queue than the job's own
     priority: int | None = None  # None: the job type's own
+    expires_in: float = 0.0  # seconds after the enqueue: not started by then, it is dropped unrun
+    expires_at: float = 0.0  # or a Unix time; 0 for both: the job type's own expiry, if any
 
     def __post_init__(self) -> None:
         if self.priority is not None:

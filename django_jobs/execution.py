@@ -10,7 +10,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -21,7 +21,16 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from . import invocation, metrics, payload, registry, tracing
 from .conf import jobs_settings
 from .context import JobContext, binding, running
-from .exceptions import JobCancelled, JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
+from .exceptions import (
+    JobCancelled,
+    JobNotFound,
+    JobTimeout,
+    PayloadError,
+    PayloadTooLarge,
+    Snooze,
+    SnoozedTooOften,
+    WorkerLost,
+)
 from .logs import exception_path, exception_text, exception_traceback
 from .models import DeadLetter
 from .outcomes import AttemptEnded, Judgement, Outcome, isolated, publish, send
@@ -57,6 +66,8 @@ def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, A
         if isinstance(exc, WorkerLost) and exhausted
         else (DeadLetter.Reason.EXHAUSTED if exhausted else DeadLetter.Reason.PERMANENT)
     )
+    if isinstance(exc, SnoozedTooOften):
+        reason = DeadLetter.Reason.SNOOZED
     return Judgement(path, message, text, verdict, reason, exc)
 
 
@@ -145,6 +156,37 @@ def settle_failure(
     return _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in)
 
 
+def settle_snooze(
+    store: Store, claimed: Claimed, snooze: Snooze, definition: registry.Job[Any, Any], duration: float
+) -> AttemptEnded:
+    """Reschedule the job ``snooze.seconds`` from now without spending the attempt (outcome
+    ``snoozed``), or, past its snooze cap, dead-letter it with reason "snoozed". Fenced by the lease
+    like a failure: a snooze from an attempt that lost its lease changes nothing."""
+    if claimed.record.snoozes >= definition.snooze_cap:
+        too_often = SnoozedTooOften(
+            f"Job {definition.name} snoozed {claimed.record.snoozes} times, as often as its max_snoozes "
+            f"(or JOBS['MAX_SNOOZES']) allows; snoozing once more ({snooze.seconds:g} s) dead-letters it."
+        )
+        too_often.__cause__ = snooze  # its traceback shows where the job snoozed
+        return settle_failure(store, claimed, too_often, name=definition.name, duration=duration)
+    settled = store.snooze(claimed.token, claimed.queue, snooze.seconds, jobs_settings.FINISHED_TTL)
+    if settled is Settled.FENCED:
+        logger.warning(
+            "Job %s %s: attempt %d was fenced off; its snooze changed nothing.",
+            definition.name, claimed.id, claimed.attempt,
+        )  # fmt: skip
+    outcome = Outcome.CANCELLED if settled is Settled.CANCELLED else Outcome.SNOOZED
+    retry_in = snooze.seconds if settled is Settled.DONE else None
+    return _ended(store, claimed, definition.name, outcome, duration, snooze, retry_in=retry_in)
+
+
+def publish_expired(store: Store, dropped: Sequence[Claimed]) -> None:
+    """Publish the end of each job a claim dropped unrun because it expired before it started
+    (outcome ``expired``, attempt 0): counted and logged, never dead-lettered."""
+    for claimed in dropped:
+        publish(_ended(store, claimed, claimed.record.name, Outcome.EXPIRED, None, None))
+
+
 def cancelled(store: Store, claimed: Claimed, exc: BaseException) -> AttemptEnded:
     """The end of an attempt the store already settled as cancelled outside the work process (a job
     handed back at shutdown whose cancel had been requested)."""
@@ -223,7 +265,7 @@ def _attempt(
     """Run the job's code; return what it raised, whatever it is (``SystemExit``,
     ``KeyboardInterrupt`` and ``GeneratorExit`` are outcomes of the job like any exception; the
     work process's own shutdown never raises into a job: SIGTERM only sets a flag), or the JSON of
-    its return value if the job keeps results."""
+    its return value if the job keeps results. A returned :class:`Snooze` is returned as if raised."""
     alarm = definition.timeout + (invocation.ASYNC_ALARM_MARGIN if definition.is_async else 0.0)
     try:
         db_hygiene()
@@ -232,6 +274,8 @@ def _attempt(
             value = invocation.call(
                 definition.func, args, kwargs, timeout=definition.timeout, is_async=definition.is_async
             )
+        if isinstance(value, Snooze):
+            return value, None
         return None, invocation.result_json(definition.name, value) if definition.store_result else None
     except BaseException as exc:
         return exc, None
@@ -288,6 +332,8 @@ def _run(
         ended = dataclasses.replace(
             _ended(store, claimed, name, Outcome.SUCCESS, duration, None), result=result
         )
+    elif isinstance(error, Snooze):
+        ended = settle_snooze(store, claimed, error, definition, duration)
     else:
         ended = settle_failure(store, claimed, error, name=name, duration=duration)
     publish(ended)

@@ -22,7 +22,13 @@ from .store import Claimed
 
 logger = logging.getLogger("django_jobs.worker")
 
-_LEVELS = {"success": logging.INFO, "cancelled": logging.INFO, "dead": logging.ERROR}
+_LEVELS = {
+    "success": logging.INFO,
+    "cancelled": logging.INFO,
+    "snoozed": logging.INFO,
+    "expired": logging.INFO,
+    "dead": logging.ERROR,
+}
 
 
 def exception_path(exc: BaseException) -> str:
@@ -72,10 +78,16 @@ def _text_value(value: object) -> str:
 
 
 def log_outcome(
-    outcome: str, name: str, claimed: Claimed, duration: float, exc: BaseException | None = None
+    outcome: str,
+    name: str,
+    claimed: Claimed,
+    duration: float,
+    exc: BaseException | None = None,
+    *,
+    snooze: float | None = None,
 ) -> None:
     """Log how one attempt ended (``outcome`` is an ``outcomes.Outcome``); failures are WARNING,
-    dead letters ERROR, a cancel (asked for) INFO."""
+    dead letters ERROR, a cancel (asked for), a snooze (``snooze``: seconds it waits) and an expiry INFO."""
     level = _LEVELS.get(str(outcome), logging.WARNING)
     if not logger.isEnabledFor(level):
         return  # the line would be dropped: skip building it, on every job
@@ -87,6 +99,8 @@ def log_outcome(
         "outcome": str(outcome),
         "duration": round(duration, 6),
     }
+    if snooze is not None:
+        fields["snooze"] = round(snooze, 3)
     if exc is not None:
         fields["error"] = f"{exception_path(exc)}: {exception_text(exc)}"
     if jobs_settings.LOG_FORMAT == "json":

@@ -27,7 +27,8 @@ from .store import Pause
 
 JOBS_TOTAL = Counter(
     "django_jobs_jobs",
-    "Job attempts by outcome (success, retry, dead, timeout, lost, cancelled).",
+    "Job attempts by outcome (success, retry, dead, timeout, lost, cancelled, snoozed), and jobs dropped "
+    "unrun because they expired (expired).",
     ["job", "queue", "outcome"],
 )
 DURATION = Histogram(

@@ -27,6 +27,9 @@ class OutboxEntry(models.Model):
     trace = models.TextField(
         default="", db_default="", blank=True, help_text="The enqueuer's trace context, if it had one."
     )
+    expires = models.FloatField(
+        default=0, db_default=0, help_text="Unix time after which the job is dropped unrun; 0 means never."
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
@@ -86,6 +89,8 @@ class DeadLetter(models.Model):
         VANISHED = "vanished", "vanished from Redis"
         """The job's id was in a queue, a lease, the scheduled or the dying set, but its hash was gone
         (eviction, a deleted key); nothing more can run."""
+        SNOOZED = "snoozed", "snoozed too often"
+        """The job snoozed more often than its max_snoozes (JOBS["MAX_SNOOZES"]) allows."""
 
     job_id = models.CharField(max_length=64, unique=True)
     job_name = models.CharField(max_length=200, db_index=True)

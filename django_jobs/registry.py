@@ -19,7 +19,7 @@ from asgiref.sync import iscoroutinefunction
 from croniter import croniter
 
 from .conf import jobs_settings
-from .envelope import Call, Options, check_priority
+from .envelope import Call, Options, check_expires, check_priority, expiry
 from .exceptions import ConfigurationError, JobNotFound
 from .policy import RetryPolicy
 from .results import JobHandle
@@ -77,6 +77,8 @@ class Job(Generic[P, R]):
     store_result: bool = False
     is_async: bool = False
     priority: int = 0
+    expires: float | None = None  # seconds after each enqueue: not started by then, dropped unrun
+    max_snoozes: int | None = None  # None: JOBS["MAX_SNOOZES"]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """A plain call runs the function inline, as if it were not a job."""
@@ -86,6 +88,11 @@ class Job(Generic[P, R]):
     def policy(self) -> RetryPolicy:
         """This job's retry policy, or ``JOBS["DEFAULT_RETRY"]`` read now."""
         return self.retry or jobs_settings.default_retry()
+
+    @property
+    def snooze_cap(self) -> int:
+        """How often this job may snooze in all, ``max_snoozes`` or ``JOBS["MAX_SNOOZES"]`` read now."""
+        return self.max_snoozes or jobs_settings.MAX_SNOOZES
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Queue one run; inside a transaction it reaches Redis only if the transaction commits."""
@@ -122,6 +129,7 @@ class Job(Generic[P, R]):
         debounce: float = 0.0,
         queue: str = "",
         priority: int | None = None,
+        expires: float | dt.timedelta | dt.datetime | None = None,
     ) -> BoundJob[P, R]:
         """Enqueue with options: ``job.options(unique_key="sync:42", debounce=5).enqueue(42)``.
 
@@ -129,11 +137,13 @@ class Job(Generic[P, R]):
         dropped. With ``debounce`` (seconds) the job waits that long and a newer enqueue with the
         same key within the window replaces it: the last one wins. ``queue``: another queue than
         the job's own (any ``runjobs`` serving it runs the job: workers look jobs up by name).
-        ``priority`` (-100 to 100) replaces the job's own for this enqueue.
+        ``priority`` (-100 to 100) replaces the job's own for this enqueue. ``expires`` (seconds or a
+        timedelta after the enqueue, or an aware datetime) replaces the job's own expiry: a job that
+        has not started by then is dropped unrun (status canceled, outcome ``expired``).
         """
-        settings = Options(
-            delay=delay, unique_key=unique_key, debounce=debounce, queue=queue, priority=priority
-        )
+        expires_in, expires_at = expiry(expires) if expires is not None else (0.0, 0.0)
+        settings = Options(delay=delay, unique_key=unique_key, debounce=debounce, queue=queue,
+                           priority=priority, expires_in=expires_in, expires_at=expires_at)  # fmt: skip
         return BoundJob(self, database, settings)
 
 
@@ -201,6 +211,16 @@ def _check_limits(
     if parsed[0] < 1:
         raise ValueError(f"@job {name!r}: rate must allow at least one start, got {rate!r}.")
     return concurrency, parsed
+
+
+def _check_snoozing(
+    name: str, expires: float | dt.timedelta | None, max_snoozes: object
+) -> tuple[float | None, int | None]:
+    if max_snoozes is not None and (
+        isinstance(max_snoozes, bool) or not isinstance(max_snoozes, int) or max_snoozes < 1
+    ):
+        raise ValueError(f"@job {name!r}: max_snoozes must be a positive int, got {max_snoozes!r}.")
+    return (check_expires(expires, f"@job {name!r}") if expires is not None else None), max_snoozes
 
 
 def _check_cron(name: str, fn: Callable[..., Any], cron: object, catch_up: str) -> str | None:
@@ -276,6 +296,8 @@ def job(
     cron_catch_up: str = "skip",
     store_result: bool = False,
     priority: int = 0,
+    expires: float | dt.timedelta | None = None,
+    max_snoozes: int | None = None,
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -295,35 +317,34 @@ def job(
     cron_catch_up: str = "skip",
     store_result: bool = False,
     priority: int = 0,
+    expires: float | dt.timedelta | None = None,
+    max_snoozes: int | None = None,
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a function as a job. ``timeout`` is required; ``retry`` defaults to ``JOBS["DEFAULT_RETRY"]``.
 
     ``concurrency`` and ``rate`` ("10/s") cap runs at once and starts per period (a job over either
     waits, spending no attempt); ``cron`` ("*/5 * * * *") fires it once per period (``cron_catch_up``:
     "skip" or "once"); ``store_result`` keeps its JSON return value; of a queue's ready jobs the highest
-    ``priority`` (-100 to 100) starts first. Problems that do not depend on settings raise ValueError.
+    ``priority`` (-100 to 100) starts first. ``expires`` (seconds or a timedelta after each enqueue)
+    drops a run that has not started by then; ``max_snoozes`` caps how often it may ``Snooze`` in all
+    (default ``JOBS["MAX_SNOOZES"]``). Problems that do not depend on settings raise ValueError.
     """
 
     def decorate(fn: Callable[P, R]) -> Job[P, R]:
         job_name = name or f"{fn.__module__}.{fn.__qualname__}"
         _check_names(job_name, queue, aliases, retry)
         limits = _check_limits(job_name, concurrency, rate)
+        snoozing = _check_snoozing(job_name, expires, max_snoozes)
         definition = Job(
-            func=fn,
-            name=job_name,
-            queue=queue,
-            timeout=_check_timeout(job_name, timeout),
-            retry=retry,
-            permanent=_check_permanent(job_name, permanent),
-            aliases=tuple(aliases),
-            concurrency=limits[0],
-            rate=limits[1],
-            cron=_check_cron(job_name, fn, cron, cron_catch_up),
-            cron_catch_up=cron_catch_up,
+            func=fn, name=job_name, queue=queue, timeout=_check_timeout(job_name, timeout), retry=retry,
+            permanent=_check_permanent(job_name, permanent), aliases=tuple(aliases),
+            concurrency=limits[0], rate=limits[1],
+            cron=_check_cron(job_name, fn, cron, cron_catch_up), cron_catch_up=cron_catch_up,
             store_result=bool(store_result),
             is_async=iscoroutinefunction(fn),  # also a function marked as one (markcoroutinefunction)
             priority=check_priority(priority, f"@job {job_name!r}"),
-        )
+            expires=snoozing[0], max_snoozes=snoozing[1],
+        )  # fmt: skip
         _register(definition)
         return definition
 

@@ -52,6 +52,9 @@ class JobState:
     due_at: dt.datetime | None = None  # when a scheduled job (a retry, a delayed job) is due
     cancel_requested_at: dt.datetime | None = None  # when a running job was asked to stop (cancel())
     paused: bool = False  # queued, but waiting for its queue or its job type to be resumed
+    snoozes: int = 0  # how often it snoozed (each snooze gave its attempt back)
+    expires_at: dt.datetime | None = None  # not started by then, it is dropped unrun
+    expired: bool = False  # dropped unrun, status CANCELED: it had not started by expires_at
 
     @property
     def finished(self) -> bool:
@@ -86,6 +89,9 @@ class JobState:
             due_at=dt.datetime.fromtimestamp(due, dt.UTC) if due is not None else None,
             cancel_requested_at=record.time("dj_cancel"),
             paused=paused,
+            snoozes=record.snoozes,
+            expires_at=record.expires,
+            expired=record.expired,
         )
 
 

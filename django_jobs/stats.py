@@ -31,6 +31,8 @@ HOUR_TTL = 26 * 3600
 HOURS = 24
 SUCCESS = "success"
 CANCELLED = "cancelled"
+SNOOZED = "snoozed"
+EXPIRED = "expired"
 
 
 minute_key = keys.stats_minute
@@ -109,12 +111,20 @@ class Tally:
     """Failed attempts of any kind: retried, timed out, lost or dead-lettered."""
     cancelled: int = 0
     """Attempts ended by a cancel: asked for, so not failures."""
+    snoozed: int = 0
+    """Attempts that snoozed: the job runs again later; not failures."""
+    expired: int = 0
+    """Jobs dropped unrun because they had not started by their expiry: no attempt, no failure."""
 
     def add(self, outcome: str, n: int) -> None:
         if outcome == SUCCESS:
             self.successes += n
         elif outcome == CANCELLED:
             self.cancelled += n
+        elif outcome == SNOOZED:
+            self.snoozed += n
+        elif outcome == EXPIRED:
+            self.expired += n
         else:
             self.failures += n
 

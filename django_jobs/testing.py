@@ -72,7 +72,7 @@ def _run_server(store: Store, names: list[str], limit: int) -> int:
     active, limits = Held(store, names).claim()
     finished: Finished | None = None
     while ran < limit:
-        _, claimed = store.complete_and_claim(
+        claim = store.complete_and_claim(
             active,
             finished=finished,
             worker_name="django_jobs.testing",
@@ -81,6 +81,8 @@ def _run_server(store: Store, names: list[str], limit: int) -> int:
             finished_ttl=jobs_settings.FINISHED_TTL,
             limits=limits,
         )
+        execution.publish_expired(store, claim.expired)
+        claimed = claim.claimed
         if claimed is None:
             break
         ran += 1

@@ -80,6 +80,19 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20, interval: flo
         time.sleep(interval)
 
 
+def outcome_count(name: str, outcome: str, queue: str = "default") -> float:
+    """This process's job counter for one outcome of one job (read alone: the default registry holds
+    the web-side gauges, which would read Redis)."""
+    from prometheus_client import CollectorRegistry
+
+    from django_jobs import metrics
+
+    local = CollectorRegistry()
+    local.register(metrics.JOBS_TOTAL)
+    labels = {"job": name, "queue": queue, "outcome": outcome}
+    return local.get_sample_value("django_jobs_jobs_total", labels) or 0.0
+
+
 class Runjobs:
     """``manage.py runjobs`` in a subprocess, pointed at this test's databases and Redis."""
 

@@ -19,6 +19,7 @@ from .keys import (
 from .machine import (
     Beat,
     CancelResult,
+    Claim,
     Claimed,
     Finished,
     Pause,
@@ -53,6 +54,7 @@ __all__ = [
     "VANISHED",
     "Beat",
     "CancelResult",
+    "Claim",
     "Claimed",
     "Finished",
     "JobRecord",

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from redis import Redis
 from redis.commands.core import Script
@@ -194,14 +194,35 @@ class Claimed:
 
     @property
     def attempt(self) -> int:
-        """This attempt's number, 1-based (the claim already counted it)."""
+        """This attempt's number, 1-based (the claim already counted it); 0 for a job a claim dropped
+        because it expired before it started."""
         return int_field(self.record.fields, "dj_attempt", 1)
+
+
+class Claim(NamedTuple):
+    """What one claim did: whether the job it completed is finished (False: its lease was gone), the
+    job it claimed, if any, and the jobs it dropped unrun because they expired before they started
+    (read back as claims without a lease: ``token`` empty, ``attempt`` 0)."""
+
+    completed: bool
+    claimed: Claimed | None
+    expired: tuple[Claimed, ...] = ()
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
     return {
         k.decode() if isinstance(k, bytes) else str(k): v for k, v in zip(flat[::2], flat[1::2], strict=False)
     }
+
+
+def _expired(queues: Sequence[str], flat: Sequence[Any] | None) -> tuple[Claimed, ...]:
+    """The jobs a claim dropped because they expired: its reply's (queue number, id, fields) triples."""
+    if not flat:
+        return ()  # the plain path: nothing expired, and the script said so with a nil
+    return tuple(
+        Claimed(queues[int(number) - 1], text(job_id), "", JobRecord(text(job_id), _pairs(fields)))
+        for number, job_id, fields in zip(flat[::3], flat[1::3], flat[2::3], strict=True)
+    )
 
 
 def _flat(fields: dict[str, Any]) -> list[Any]:
@@ -263,6 +284,7 @@ class Store:
         self._buried = load(connection, "buried")
         self._due = load(connection, "due")
         self._defer = load(connection, "defer")
+        self._snooze = load(connection, "snooze")
         self._cancel = load(connection, "cancel")
         self._run_now = load(connection, "run_now")
         self._move_aside = load(connection, "move_aside")
@@ -317,10 +339,11 @@ class Store:
         finished_ttl: int,
         limits: str = "{}",
         limit_wait: float = 0.5,
-    ) -> tuple[bool, Claimed | None]:
+    ) -> Claim:
         """Complete ``finished`` if given, then claim the next job, in one round trip.
 
-        ``limits`` is the JSON of ``registry.limits_json``; a job over its limit is deferred, not claimed.
+        ``limits`` is the JSON of ``registry.limits_json``; a job over its limit is deferred, not
+        claimed, and one that expired before it started is dropped, never run (:attr:`Claim.expired`).
         """
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         layout, limit_arg = _claim_layout(tuple(queues), limits)
@@ -330,23 +353,25 @@ class Store:
         args: list[str | float] = [token, len(queues), stamp, finished_ttl, worker_name, lease_seconds, stamp]
         tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, *queues, result]
         reply = self._complete_and_claim(keys=layout + done, args=args + tail)
-        ok = bool(reply[0])
-        while len(reply) == 2:  # it deferred a batch of limited jobs: look behind them
+        ok, expired = bool(reply[0]), _expired(queues, reply[1])
+        while len(reply) == 3:  # it deferred, parked or dropped a batch of jobs: look behind them
             reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail[:-1], ""])
-        if len(reply) == 1:
-            return ok, None
-        number, job_id, token_b, flat = reply[1:]
+            expired += _expired(queues, reply[1])
+        if len(reply) == 2:
+            return Claim(ok, None, expired)
+        number, job_id, token_b, flat = reply[2:]
         fields = _pairs(flat)
         fields["dj_attempt"] = str(int_field(fields, "dj_attempt", 0) + 1).encode()  # as the script counted
         record = JobRecord(job_id.decode(), fields)
-        return ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record, worker_name)
+        return Claim(
+            ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record, worker_name), expired
+        )
 
     def complete(self, finished: Finished, finished_ttl: int) -> bool:
         """Mark one attempt finished, claiming nothing (the hot path completes inside the next claim)."""
-        ok, _ = self.complete_and_claim(
+        return self.complete_and_claim(
             [], finished=finished, worker_name="", lease_seconds=0, nonce="", finished_ttl=finished_ttl
-        )
-        return ok
+        ).completed
 
     def fail(
         self,
@@ -375,6 +400,19 @@ class Store:
         mode = -2 if cancel else -1 if delay is None else delay
         args = [token, mode, rq_timestamp(dt.datetime.now(dt.UTC)), finished_ttl, *values]
         return Settled(self._fail(keys=call_keys, args=args))
+
+    def snooze(self, token: str, queue: str, seconds: float, finished_ttl: int) -> Settled:
+        """Reschedule a running job ``seconds`` from now, at its priority, giving back the attempt its
+        claim counted and counting the snooze (``dj_snoozes``), fenced by the lease token like
+        :meth:`fail`; a job whose cancel was requested is cancelled instead."""
+        call_keys = [
+            keys.LEASES,
+            keys.wip_key(queue),
+            keys.job_key(split_token(token)),
+            keys.scheduled_key(queue),
+        ]
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        return Settled(self._snooze(keys=call_keys, args=[token, seconds, stamp, finished_ttl]))
 
     def release(self, token: str, queue: str, finished_ttl: int) -> Settled:
         """Put a running job back at the head of its queue (of its priority) without spending an

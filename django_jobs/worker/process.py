@@ -160,7 +160,7 @@ class WorkProcess:
             if not (queues or one.finished) or not one.reach.up():
                 continue
             try:
-                _, claimed = one.store.complete_and_claim(
+                claim = one.store.complete_and_claim(
                     queues,
                     finished=one.finished,
                     worker_name=self.name,
@@ -174,8 +174,9 @@ class WorkProcess:
                 continue
             one.finished = None
             one.reach.ok()
-            if claimed is not None:
-                got = (one, claimed)
+            execution.publish_expired(one.store, claim.expired)
+            if claim.claimed is not None:
+                got = (one, claim.claimed)
         return got
 
     def _attempt(self, store: Store, claimed: Claimed, sent: int) -> Finished | None:

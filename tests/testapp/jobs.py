@@ -6,7 +6,7 @@ import signal
 import time
 from pathlib import Path
 
-from django_jobs import PermanentError, RetryPolicy, idempotent, job
+from django_jobs import PermanentError, RetryPolicy, Snooze, idempotent, job
 from django_jobs.chains import Page, chain
 
 from .models import Item, SideEffect
@@ -427,7 +427,7 @@ def deaf(key: str, seconds: float = 30.0) -> None:
 @job(name="tests.cancels_itself", timeout=10, retry=FAST)
 def cancels_itself(key: str, then: str = "stop") -> None:
     """Asks for its own cancel (as another process would), then stops as asked (``then="stop"``),
-    fails (``"fail"``) or finishes its work regardless (``"finish"``)."""
+    fails (``"fail"``), snoozes (``"snooze"``) or finishes its work regardless (``"finish"``)."""
     from django_jobs import JobCancelled, cancel, cancel_requested, current_job
 
     attempt = current_job()
@@ -438,4 +438,71 @@ def cancels_itself(key: str, then: str = "stop") -> None:
         raise JobCancelled("stopped as asked")
     if then == "fail":
         raise ConnectionError("upstream down while stopping")
+    if then == "snooze":
+        raise Snooze(0.05)
     SideEffect.objects.create(key=key)
+
+
+# --- Snooze and expiry ------------------------------------------------------------------------------
+
+
+@job(name="tests.snoozer", timeout=10, retry=FAST)
+def snoozer(key: str, times: int, seconds: float = 0.05, returned: bool = False) -> object:
+    """Snoozes its first ``times`` runs (raising ``Snooze``, or returning it), then does its work.
+    Each run records the attempt number current_job() saw, so a test can see no attempt was spent."""
+    from django_jobs import current_job
+
+    attempt = current_job()
+    SideEffect.objects.create(key=f"run:{key}:{attempt.attempt if attempt else 0}")
+    if SideEffect.objects.filter(key__startswith=f"run:{key}:").count() <= times:
+        if returned:
+            return Snooze(seconds)
+        raise Snooze(seconds)
+    SideEffect.objects.create(key=key)
+    return None
+
+
+@job(name="tests.snoozes_forever", timeout=10, retry=FAST, max_snoozes=3)
+def snoozes_forever(key: str, seconds: float = 0.05) -> None:
+    """A partner that always answers 429: snoozes on every run, until its cap dead-letters it."""
+    SideEffect.objects.create(key=f"run:{key}")
+    raise Snooze(seconds)
+
+
+BAD_SNOOZES: dict[str, object] = {
+    "negative": -1,
+    "nan": float("nan"),
+    "infinite": float("inf"),
+    "a year": 365 * 86400,
+    "text": "30",
+    "bool": True,
+}
+
+
+@job(name="tests.snoozes_badly", timeout=10, retry=FAST)
+def snoozes_badly(key: str, kind: str) -> None:
+    """Asks for a snooze Snooze() refuses (``BAD_SNOOZES``): its attempt fails like any other."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    raise Snooze(BAD_SNOOZES[kind])  # type: ignore[arg-type]
+
+
+@job(name="tests.reminder", timeout=10, retry=FAST, expires=2)
+def reminder(key: str) -> None:
+    """Useless two seconds after its enqueue: a run that has not started by then is dropped."""
+    SideEffect.objects.create(key=key)
+
+
+@chain(name="tests.snoozy_pages", timeout=30, retry=FAST)
+def snoozy_pages(cursor: int | None, *, page_size: int, returned: bool = False) -> Page | Snooze:
+    """``sync_items`` whose every page snoozes on its first run, after writing (the writes roll
+    back with the page). Runs are counted in Redis, which no rollback undoes."""
+    from django_jobs.connections import get_connection
+
+    items = list(Item.objects.filter(pk__gt=cursor or 0).order_by("pk")[:page_size])
+    for item in items:
+        SideEffect.objects.create(key=f"item:{item.pk}")
+    if get_connection("default").incr(f"tests:snoozy_pages:{cursor}") == 1:
+        if returned:
+            return Snooze(0.05)
+        raise Snooze(0.05)
+    return Page(next_cursor=items[-1].pk if len(items) == page_size else None, items=len(items))

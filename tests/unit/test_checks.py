@@ -304,6 +304,22 @@ def test_e010_bad_log_format(log_format):
     assert "text" in message.hint and "json" in message.hint
 
 
+@pytest.mark.parametrize("value", [0, -3, 2.5, "10", True, None, math.inf])
+def test_e025_max_snoozes_is_not_a_whole_number_of_at_least_one(value):
+    with with_jobs(MAX_SNOOZES=value):
+        message = only(checks.check_settings(), "django_jobs.E025")
+        assert "django_jobs.E009" not in ids(checks.check_settings())  # reported once, under its own id
+    assert "MAX_SNOOZES" in message.msg and "max_snoozes" in message.hint
+
+
+def test_max_snoozes_is_read_as_given():
+    from django_jobs.conf import jobs_settings
+
+    with with_jobs(MAX_SNOOZES=7):
+        assert ours(checks.check_settings()) == [] and jobs_settings.MAX_SNOOZES == 7
+    assert jobs_settings.MAX_SNOOZES == 100  # the default
+
+
 def test_several_problems_are_all_reported():
     with with_jobs(MODE="async", LOG_FORMAT="xml", LEASE_SECOND=3, FINISHED_TTL=0):
         found = ids(ours(checks.check_settings()))

@@ -14,13 +14,17 @@
 -- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), and a rate
 -- counter (its name holds the window, from Redis time); both built from prefixes in ARGV, on this server.
 -- The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
+-- A job that never started (no attempt counted: a snooze gives its attempt back) and whose dj_expires
+-- (Unix time) has passed is not run: it ends canceled with dj_expired, and is reported to the caller.
 -- Per queue the high set's head goes first, then the list's, then the low set's (see ready.lua).
 -- Nothing after the pop may raise unless it first puts the id back (put_back): a script error would
 -- otherwise leave the popped id nowhere.
 -- A job whose type is paused (its limits say so, and the paused hash still does: a resume may have
 -- come since the worker last looked) is parked instead: no attempt, no lease, its order kept.
--- Returns {finished_ok, queue number, id, token, fields} (fields as they were before the claim),
--- {finished_ok, 'deferred'} after deferring or parking a batch of jobs, or {finished_ok}.
+-- Returns {finished_ok, expired, queue number, id, token, fields} (fields as they were before the
+-- claim), {finished_ok, expired, 'deferred'} after deferring, parking or dropping a batch of jobs, or
+-- {finished_ok, expired}; expired is {queue number, id, fields, ...} of each job it dropped because it
+-- expired, or false (nil to the caller) when none did.
 ${NOW}
 local leases, dying, vanished, paused, parked_lists = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local finished = 0
@@ -36,6 +40,7 @@ end
 local limits = cjson.decode(ARGV[9])
 local backoff = tonumber(ARGV[10])
 local deferred, parked = 0, 0
+local expired = false  -- a table once a job expired: the plain path builds none
 
 -- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
 local function limit_of(name)
@@ -95,6 +100,17 @@ local function must(id, ...)
   return reply
 end
 
+-- A job that never started (no attempt counted) whose expiry has passed is never run: it ends canceled
+-- with dj_expired, before its pause and limits are looked at (it is not parked, takes no slot and starts
+-- no rate window), and is reported to the caller. The caller checks first: a plain job costs no call.
+local function expire(n, id, key, fields)
+  must(id, 'HSET', key, 'status', '${CANCELED}', 'ended_at', ARGV[3], 'dj_expired', ARGV[3])
+  redis.call('EXPIRE', key, ARGV[4])  -- kept like a finished job's: a duplicate push stays a no-op
+  expired = expired or {}
+  local e = #expired
+  expired[e + 1], expired[e + 2], expired[e + 3] = n, id, fields
+end
+
 -- Whether the job in hand belongs to a paused type; only asked of jobs whose limits say it is.
 local function held(id, limit)
   if not (limit and limit[6]) then return false end
@@ -126,40 +142,47 @@ for n = 1, tonumber(ARGV[2]) do
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
       must(id, 'ZADD', dying, now, id)
     elseif #fields > 0 then
-      local attempt, name, workers = 0, '', nil
+      local attempt, name, workers, expires = 0, '', nil, nil
       for i = 1, #fields, 2 do
         if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
         elseif fields[i] == 'description' then name = fields[i + 1]
-        elseif fields[i] == 'dj_workers' then workers = fields[i + 1] end
+        elseif fields[i] == 'dj_workers' then workers = fields[i + 1]
+        elseif fields[i] == 'dj_expires' then expires = tonumber(fields[i + 1]) end
       end
-      local limit = limit_of(name)
-      local parking = held(id, limit)
-      local checked, wait = true, nil
-      if not parking then checked, wait = pcall(blocked, limit) end  -- a parked job takes no slot or rate
-      if not checked then put_back(id, wait) end  -- a slot or rate key of the wrong type
-      if parking then
-        park(id, key, limit, n)
-        parked = parked + 1
-        if parked >= 100 then return {finished, 'deferred'} end
-      elseif wait then
-        must(id, 'ZADD', sched, now + wait + deferred * 0.01, id)
-        redis.call('HSET', key, 'status', '${SCHEDULED}')
-        deferred = deferred + 1
-        if deferred >= 20 then return {finished, 'deferred'} end
+      if expires and attempt == 0 and now >= expires then
+        expire(n, id, key, fields)
       else
-        local token = id .. ':' .. ARGV[8]
-        must(id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
-        -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
-        workers = workers and string.sub(workers .. '\n' .. ARGV[5], -4096) or ARGV[5]
-        -- one HSET: on the first attempt its start is also the first start (a key written again: harmless)
-        redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
-                   'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1, 'dj_workers', workers,
-                   attempt == 0 and 'dj_first_started' or 'started_at', ARGV[7])
-        redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
-        if limit and limit[1] > 0 then
-          redis.pcall('ZADD', KEYS[limit[4]], now, token)
+        local limit = limit_of(name)
+        local parking = held(id, limit)
+        local checked, wait = true, nil
+        if not parking then checked, wait = pcall(blocked, limit) end  -- a parked job takes no slot or rate
+        if not checked then put_back(id, wait) end  -- a slot or rate key of the wrong type
+        if parking then
+          park(id, key, limit, n)
+          parked = parked + 1
+        elseif wait then
+          must(id, 'ZADD', sched, now + wait + deferred * 0.01, id)
+          redis.call('HSET', key, 'status', '${SCHEDULED}')
+          deferred = deferred + 1
+        else
+          local token = id .. ':' .. ARGV[8]
+          must(id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
+          -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
+          workers = workers and string.sub(workers .. '\n' .. ARGV[5], -4096) or ARGV[5]
+          -- one HSET: on the first attempt its start is also the first start (a key written again: harmless)
+          redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
+                     'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1, 'dj_workers', workers,
+                     attempt == 0 and 'dj_first_started' or 'started_at', ARGV[7])
+          redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
+          if limit and limit[1] > 0 then
+            redis.pcall('ZADD', KEYS[limit[4]], now, token)
+          end
+          return {finished, expired, n, id, token, fields}
         end
-        return {finished, n, id, token, fields}
+      end
+      -- a batch of parked, deferred or expired jobs ends this script; the caller claims again, behind them
+      if parked >= 100 or deferred + (expired and #expired / 3 or 0) >= 20 then
+        return {finished, expired, 'deferred'}
       end
     else
       -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
@@ -168,4 +191,4 @@ for n = 1, tonumber(ARGV[2]) do
     id = take(list, high, low)
   end
 end
-return {finished}
+return {finished, expired}

@@ -90,7 +90,8 @@ def _stop(recorder: Recorder, client: redis.Redis) -> None:
 
 def _every_transition(client: redis.Redis) -> None:
     """Drive each script at least once: push, claim, complete, fail, release, heartbeat, promote, bury,
-    cancel (waiting, scheduled and running jobs, and the settling of a requested cancel)."""
+    cancel (waiting, scheduled and running jobs, and the settling of a requested cancel), snooze, and
+    a claim that drops an expired job."""
     jobs.debounced.options(unique_key="doc:1", debounce=0.01).enqueue("a")
     jobs.debounced.options(unique_key="doc:1", debounce=0.01).enqueue("b")
     jobs.record.options(unique_key="once").enqueue("c")
@@ -101,17 +102,19 @@ def _every_transition(client: redis.Redis) -> None:
     jobs.always_fails.enqueue("i")
     jobs.fails_then_succeeds.options(priority=5).enqueue("j", 1)  # a prioritized retry, promoted
     jobs.record.options(priority=-5, delay=0.01).enqueue("k")
+    jobs.snoozer.options(priority=2).enqueue("s", times=1, seconds=0.01)
+    jobs.record.options(expires=0.01).enqueue("x")
     store = Store.of(client)
     wait_for(lambda: (store.next_due(["default"]) or 0) <= 0)
     run_jobs(["default"])
     handle = jobs.record.enqueue("h")
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="n", finished_ttl=60
     )
     assert claimed is not None and claimed.id == handle.id
     store.heartbeat([claimed.token], 30)
     store.release(claimed.token, claimed.queue, 60)
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="m", finished_ttl=60
     )
     assert claimed is not None
@@ -130,7 +133,7 @@ def _cancel_transitions(store: Store) -> None:
     running = jobs.record.enqueue("r")
     assert store.cancel(waiting.id, 60) is CancelResult.CANCELLED
     assert store.cancel(later.id, 60) is CancelResult.CANCELLED
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="c", finished_ttl=60
     )
     assert claimed is not None and claimed.id == running.id
@@ -153,7 +156,7 @@ def _pause_transitions(store: Store) -> None:
     """Pause a type, park its jobs (one cancelled while parked), unpark the rest; pause a queue."""
     store.pause("job", "tests.record", by="t", reason="")
     parked, doomed = jobs.record.options(priority=2).enqueue("s"), jobs.record.enqueue("t")
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="p", finished_ttl=60,
         limits=registry.limits_json(["tests.record"]),
     )  # fmt: skip
@@ -167,7 +170,7 @@ def _pause_transitions(store: Store) -> None:
 
 
 def _claim(store: Store, nonce: str) -> Claimed:
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60
     )
     assert claimed is not None
@@ -178,8 +181,8 @@ def test_every_key_a_store_script_touches_was_passed_in_keys(recorder, redis_db)
     _every_transition(redis_db)
     _stop(recorder, redis_db)
     evalsha = [x["command"].split(" ")[1] for x in recorder.lines if x["command"].startswith("EVALSHA")]
-    assert len(set(evalsha)) >= 10  # push, claim, fail, release, heartbeat, maintain, buried, due, cancel,
-    # heads
+    assert len(set(evalsha)) >= 11  # push, claim, fail, release, heartbeat, maintain, buried, due, cancel,
+    # heads, snooze
     assert recorder.stray_keys() == {}
 
 
