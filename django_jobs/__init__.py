@@ -16,6 +16,7 @@ from .results import JobError, JobHandle, JobState, get_job
 from .store import CancelResult
 
 if TYPE_CHECKING:
+    from .batches import batch, batch_callback
     from .chains import Page, chain
     from .pausing import pause, paused, resume
     from .retrying import retry_now
@@ -34,6 +35,8 @@ __all__ = [
     "PermanentError",
     "ResultError",
     "RetryPolicy",
+    "batch",
+    "batch_callback",
     "cancel",
     "cancel_requested",
     "chain",
@@ -58,6 +61,8 @@ _AFTER_SETUP = {
     "pause": "pausing",
     "resume": "pausing",
     "paused": "pausing",
+    "batch": "batches",
+    "batch_callback": "batches",
 }
 
 

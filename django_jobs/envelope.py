@@ -42,6 +42,7 @@ class Envelope:
     cron_run: int | None = None
     priority: int = 0
     trace: str = ""  # the enqueuer's trace context (tracing.carrier()), "" outside a trace
+    batch: str = ""  # the id of the batch the job is a member of (see ``batches``), "" for most jobs
 
     def __post_init__(self) -> None:
         # Every id is made here or read back from an outbox row: refuse one that breaks the id rule.
@@ -58,6 +59,8 @@ class Envelope:
             extra["dj_priority"] = self.priority
         if self.trace:
             extra["dj_trace"] = self.trace
+        if self.batch:
+            extra["dj_batch"] = self.batch
         return {
             **extra,
             "data": self.data,
@@ -71,8 +74,9 @@ class Envelope:
         }
 
     def options(self) -> dict[str, Any]:
-        """The outbox row's ``options``; the priority and the trace have columns of their own, which a
-        relay that predates them ignores, where an option it did not know would make it quarantine the row."""
+        """The outbox row's ``options``; the priority, the trace and the batch have columns of their own,
+        which a relay that predates them ignores, where an option it did not know would make it
+        quarantine the row."""
         return {
             key: value
             for key, value in (
@@ -94,6 +98,7 @@ class Options:
     cron_run: int | None = None  # the CronRun this job fires
     queue: str = ""  # another queue than the job's own
     priority: int | None = None  # None: the job type's own
+    batch: str = ""  # the batch whose block enqueues the job (set by enqueue, never by a caller)
 
     def __post_init__(self) -> None:
         if self.priority is not None:

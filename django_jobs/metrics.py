@@ -72,6 +72,14 @@ LEDGER_REPUSHED = Counter(
 LEDGER_SETTLED = Counter(
     "django_jobs_ledger_settled", "Ledger rows removed because their job finished.", ["queue"]
 )
+BATCH_CALLBACKS = Counter(
+    "django_jobs_batch_callbacks",
+    "Batch callbacks enqueued, once per batch and kind: on_success (every member succeeded) and "
+    "on_complete (every member ended).",
+    ["kind"],
+)
+#: The ``kind`` label of BATCH_CALLBACKS.
+BATCH_CALLBACK_KINDS = ("success", "complete")
 _ALL = (
     JOBS_TOTAL,
     DURATION,
@@ -82,6 +90,7 @@ _ALL = (
     UNREPLICATED,
     LEDGER_REPUSHED,
     LEDGER_SETTLED,
+    BATCH_CALLBACKS,
 )
 #: Counters, histograms and summaries add up across processes, so dead processes' files can be merged.
 _ADDITIVE = ("counter", "histogram", "summary")
@@ -127,6 +136,11 @@ def ledger(queue: str, *, repushed: int = 0, settled: int = 0) -> None:
     LEDGER_SETTLED.labels(queue).inc(settled)
 
 
+def batch_callback(kind: str) -> None:
+    """A batch fired: its callback of this kind was enqueued."""
+    BATCH_CALLBACKS.labels(kind).inc()
+
+
 def pause_families(queues: Iterable[str], pauses: Iterable[Pause], now: float) -> list[GaugeMetricFamily]:
     """The pause gauges, read at scrape time by the web side and by ``runjobs --metrics-port`` alike:
     seconds each of ``queues`` has been paused (0 while it runs), and each paused job type."""
@@ -167,6 +181,8 @@ def use_multiprocess(directory: str) -> None:
 def initialise(queues: Sequence[str], jobs: Iterable[tuple[str, str]], outcomes: Iterable[str]) -> None:
     """Create every series at zero, so ``rate()`` and ``increase()`` see a job's first failure."""
     outcomes = list(outcomes)
+    for kind in BATCH_CALLBACK_KINDS:
+        BATCH_CALLBACKS.labels(kind)
     for queue in queues:
         BUSY.labels(queue).set(0)
         VANISHED.labels(queue)
