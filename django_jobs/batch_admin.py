@@ -85,7 +85,8 @@ class BatchAdmin(_Base):
 
     @admin.display(description="callbacks")
     def callback_states(self, obj: Batch) -> str:
-        shown = [(c.get_kind_display(), c.state) for c in obj.callbacks.all()]
+        ordered = sorted(obj.callbacks.all(), key=lambda c: c.kind, reverse=True)  # on_success first
+        shown = [(c.get_kind_display(), c.state) for c in ordered]
         return format_html_join(", ", "{}: {}", shown) if shown else "-"
 
     @admin.display(description="callbacks")
@@ -99,7 +100,7 @@ class BatchAdmin(_Base):
                 when(c.enqueued_at),
                 when(c.ran_at),
             )
-            for c in obj.callbacks.order_by("kind")
+            for c in obj.callbacks.order_by("-kind")
         ]
         if not rows:
             return "-"

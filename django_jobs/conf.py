@@ -316,8 +316,8 @@ def _batch_problems(given: dict[str, Any]) -> list[Problem]:
     """A batch sweep so rare that a member's end could leave Redis (FINISHED_TTL) before it looks."""
     interval, ttl = (given.get(k, DEFAULTS[k]) for k in ("BATCH_SWEEP_INTERVAL", "FINISHED_TTL"))
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (interval, ttl))
-    if not numbers or interval <= ttl / 2:
-        return []
+    if not numbers or not all(math.isfinite(v) and v > 0 for v in (interval, ttl)) or interval <= ttl / 2:
+        return []  # E009 reports what is not a positive number
     msg = (
         f"JOBS['BATCH_SWEEP_INTERVAL'] is {interval!r}, over half of FINISHED_TTL ({ttl!r}): a batch member "
         "whose end no event reported can leave Redis before a sweep sees it, and count as expired."
