@@ -2,7 +2,7 @@
 
 ```python
 @batch_callback(name="shop.export_ready", timeout=60)
-def export_ready(batch: Batch, export_id: int) -> None:
+def export_ready(done: Batch, export_id: int) -> None:
     Export.objects.filter(pk=export_id).update(status="ready")  # commits with the "ran" mark
 
 with batch(on_success=export_ready.bind(export.pk), name=f"export {export.pk}"):
@@ -14,9 +14,9 @@ The batch, its members and its callbacks are rows written in the transaction tha
 members' outbox rows: a batch that rolls back never exists, a committed one is never lost.
 
 A member leaves ``pending`` once, by a conditional UPDATE, however often its job runs: through the
-outcome pipeline (:func:`on_attempt_ended`, after dead-lettering), or through :func:`reconcile`, the
-sweep every ``runjobs`` runs for what no event reports (a worker killed between settling an attempt
-and publishing it, a waiting job cancelled, a dead letter requeued). The transaction that moves the
+outcome pipeline (:func:`on_attempt_ended`, after dead-lettering), or through the :class:`Sweep`
+every ``runjobs`` runs for what no event reports (a worker killed between settling an attempt and
+publishing it, a waiting job cancelled, a dead letter requeued). The transaction that moves the
 last member also moves the batch out of ``open`` by a conditional UPDATE and enqueues its callbacks
 through the outbox: they are enqueued once. A callback's code runs in the transaction that marks it
 run, so a second delivery of it does nothing.
@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec
 
+from asgiref.sync import iscoroutinefunction
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import F, QuerySet
 from django.utils import timezone
@@ -106,6 +107,12 @@ def batch_callback(
     and a second delivery of the job finds the mark and does nothing."""
 
     def decorate(func: Callable[Concatenate[Batch, P], object]) -> CallbackJob[P]:
+        if iscoroutinefunction(func):
+            raise ValueError(
+                f"@batch_callback {name or func.__qualname__!r}: an async def cannot run inside the "
+                "transaction that marks it run; make it a plain def."
+            )
+
         @functools.wraps(func)
         def run(batch_id: str, kind: str, *args: Any, **kwargs: Any) -> None:
             _run_callback(func, batch_id, kind, args, kwargs)
@@ -128,7 +135,10 @@ def _run_callback(
             batch_id=batch_id, kind=kind, state=BatchCallback.State.ENQUEUED
         ).update(state=BatchCallback.State.RAN, ran_at=timezone.now(), **ran)
         if not marked:  # a concurrent delivery waits here for the first one's commit, then finds it marked
-            logger.info("The %s callback of batch %s ran already, or its batch is gone.", kind, batch_id)
+            logger.info(
+                "The %s callback of batch %s has nothing to run: it ran already, its batch has not fired, "
+                "or the batch is gone.", kind, batch_id,
+            )  # fmt: skip
             return
         func(Batch.objects.get(pk=batch_id), *args, **kwargs)
 

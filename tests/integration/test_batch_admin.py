@@ -82,3 +82,12 @@ def test_without_permission_the_batches_are_refused(client):
     response = client.post(CHANGELIST, {"action": "reconcile", "_selected_action": [created.pk]})
     assert response.status_code == 403
     assert 'value="reconcile"' not in client.get(CHANGELIST).content.decode()
+
+
+def test_a_members_job_page_links_to_its_batch(client):
+    created, _ = a_batch_with_one_of_each()
+    broken = BatchMember.objects.get(job_name="tests.needs_fix")
+    operator(client, "view_deadletter")
+    page = client.get(reverse("admin:django_jobs_deadletter_job", args=[broken.job_id])).content.decode()
+    assert reverse("admin:django_jobs_batch_change", args=[created.pk]) in page
+    assert "monthly export" in page and "ended (dead-lettered)" in page

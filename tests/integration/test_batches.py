@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_jobs import batches, deadletter, metrics, outcomes, retrying
-from django_jobs.batches import batch
+from django_jobs.batches import batch, batch_callback
 from django_jobs.connections import get_connection
 from django_jobs.exceptions import PayloadError
 from django_jobs.models import Batch, BatchCallback, BatchMember, DeadLetter, OutboxEntry
@@ -196,6 +196,21 @@ def test_the_sweep_counts_a_cancelled_waiting_member_and_one_gone_from_redis(red
     assert Batch.objects.get(pk=created.pk).status == Batch.Status.FAILED
 
 
+def test_the_sweep_walks_the_pending_members_a_page_per_maintenance_pass(redis_db):
+    with batch(**both()) as created:
+        handles = jobs.record.enqueue_many([(f"k{i}",) for i in range(batches.PAGE + 100)])
+    while OutboxEntry.objects.exists():
+        relay()  # 500 rows a pass
+    redis_db.delete(*[f"rq:job:{h.id}" for h in handles])  # every member gone from Redis unseen
+    sweep = batches.Sweep()
+    sweep.step()
+    assert Batch.objects.get(pk=created.pk).ended == batches.PAGE
+    sweep.step()
+    assert Batch.objects.get(pk=created.pk).status == Batch.Status.FAILED  # the walk's last page
+    sweep.step()  # the next walk waits for BATCH_SWEEP_INTERVAL
+    assert sweep.after == 0 and sweep.due > time.monotonic()
+
+
 def test_a_member_ends_once_however_often_its_end_is_reported(redis_db):
     with batch(**both()) as created:
         handle = jobs.record.enqueue("twice")
@@ -242,6 +257,11 @@ def test_bad_callbacks_and_members_are_clear_errors():
         jobs.batch_done.bind("a", "b")  # type: ignore[call-arg]
     with pytest.raises(PayloadError, match="model instance"):
         jobs.batch_done.bind(Item(name="x"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="an async def cannot run inside the transaction"):
+
+        @batch_callback(name="tests.async_callback", timeout=5)
+        async def never(done: Batch) -> None: ...
+
     with pytest.raises(ValueError, match="do not nest"), batch(), batch():
         pass
     with pytest.raises(ValueError, match="its transaction on the 'default' database"), batch():
