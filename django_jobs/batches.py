@@ -365,7 +365,9 @@ class Sweep:
             self.due = now + jobs_settings.BATCH_SWEEP_INTERVAL
         page = _page(BatchMember.objects.filter(state=PENDING), self.after)
         self.after = page[-1][0] if len(page) == PAGE else 0  # moved on first: a failing page never stays
-        settle(_ends({job_id: queue for _, job_id, queue in page}))
+        moved = settle(_ends({job_id: queue for _, job_id, queue in page}))
+        if moved:
+            logger.info("Batch sweep: %d member(s) had ended with no event to say so; counted now.", moved)
 
 
 def _page(members: QuerySet[BatchMember], after: int) -> list[tuple[int, str, str]]:
