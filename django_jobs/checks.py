@@ -124,7 +124,9 @@ def _durability_queue_problems(queues: dict[str, Any]) -> list[CheckMessage]:
 def _jobs_setting_problems() -> list[CheckMessage]:
     """What the settings object's own validation finds, plus what needs the registry or an import."""
     found = conf.problems()
-    messages: list[CheckMessage] = [Error(p.msg, hint=p.hint, id=p.id) for p in found]
+    messages: list[CheckMessage] = [
+        (Warning if ".W" in p.id else Error)(p.msg, hint=p.hint, id=p.id) for p in found
+    ]
     if any(p.id == "django_jobs.E005" for p in found):
         return messages
     cron_readable = not any(p.id == "django_jobs.E011" for p in found)

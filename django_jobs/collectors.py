@@ -3,9 +3,9 @@
 They are read at scrape time from :mod:`django_jobs.inspect`: per Redis server every queue's depth,
 oldest ready job's enqueue time (the heads of its list and of each priority) and scheduled count,
 what is paused and since when, and every worker's state (O(queues + workers), never a walk over
-queued jobs); the database answers one aggregate over the dead letters (by job, status and reason)
-and one per outbox. A source that does not answer is left out of that scrape (and logged), never
-an error for the whole page.
+queued jobs); the database answers one aggregate over the dead letters (by job, status and reason),
+one per outbox and a count of the open batches. A source that does not answer is left out of that
+scrape (and logged), never an error for the whole page.
 
 django-prometheus's ``/metrics`` serves prometheus_client's default registry, which
 :func:`register` adds the collector to. Under ``PROMETHEUS_MULTIPROC_DIR`` that view builds a
@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 from . import cron, durability, inspect, metrics
 from .conf import jobs_settings
 from .connections import queue_configs
-from .models import DeadLetter, OutboxEntry
+from .models import Batch, DeadLetter, OutboxEntry
 from .store import Pause
 
 logger = logging.getLogger("django_jobs.metrics")
@@ -49,7 +49,7 @@ class JobsCollector:
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        depth, age, scheduled, dead, pending, outbox_age, workers, overdue, quarantined = families
+        depth, age, scheduled, dead, pending, outbox_age, workers, overdue, quarantined, batches = families
         found: dict[str, str] = {}  # worker -> state: one serving two servers is on both, busy on one
         names: list[str] = []
         pauses: list[Pause] = []
@@ -90,6 +90,7 @@ class JobsCollector:
             outbox_age.add_metric([], (timezone.now() - oldest).total_seconds() if oldest else 0.0)
             for name, count in cron.overdue_by_job().items():
                 overdue.add_metric([name], count)
+            batches.add_metric([], Batch.objects.filter(status=Batch.Status.OPEN).count())
         except DatabaseError as exc:
             logger.warning("Dead-letter and outbox gauges left out of this scrape: %s", exc)
         return [*families, *durability_families()]
@@ -130,6 +131,9 @@ class JobsCollector:
                 "Open dead letters of items no job ran for: unreadable (quarantined by a worker loop) and "
                 "vanished (the job's hash was gone from Redis, e.g. evicted).",
                 labels=["reason"],
+            ),
+            GaugeMetricFamily(
+                "django_jobs_batches_open", "Batches with a member that has not ended: their callbacks wait."
             ),
         ]
 

@@ -80,6 +80,14 @@ REDIS_UP = Gauge(
     ["server"],
     multiprocess_mode="livemax",
 )
+BATCH_CALLBACKS = Counter(
+    "django_jobs_batch_callbacks",
+    "Batch callbacks enqueued, once per batch and kind: on_success (every member succeeded) and "
+    "on_complete (every member ended).",
+    ["kind"],
+)
+#: The ``kind`` label of BATCH_CALLBACKS.
+BATCH_CALLBACK_KINDS = ("success", "complete")
 _ALL = (
     JOBS_TOTAL,
     DURATION,
@@ -91,6 +99,7 @@ _ALL = (
     LEDGER_REPUSHED,
     LEDGER_SETTLED,
     REDIS_UP,
+    BATCH_CALLBACKS,
 )
 #: Counters, histograms and summaries add up across processes, so dead processes' files can be merged.
 _ADDITIVE = ("counter", "histogram", "summary")
@@ -134,6 +143,11 @@ def unreplicated(queue: str, count: int) -> None:
 def ledger(queue: str, *, repushed: int = 0, settled: int = 0) -> None:
     LEDGER_REPUSHED.labels(queue).inc(repushed)
     LEDGER_SETTLED.labels(queue).inc(settled)
+
+
+def batch_callback(kind: str) -> None:
+    """A batch fired: its callback of this kind was enqueued."""
+    BATCH_CALLBACKS.labels(kind).inc()
 
 
 def pause_families(queues: Iterable[str], pauses: Iterable[Pause], now: float) -> list[GaugeMetricFamily]:
@@ -189,6 +203,8 @@ def initialise(
     outcomes = list(outcomes)
     for server in servers:
         REDIS_UP.labels(server).set(1)
+    for kind in BATCH_CALLBACK_KINDS:
+        BATCH_CALLBACKS.labels(kind)
     for queue in queues:
         BUSY.labels(queue).set(0)
         VANISHED.labels(queue)

@@ -102,6 +102,7 @@ JOBS = {
     "ALLOW_EVICTION": os.environ.get("JOBS_TEST_ALLOW_EVICTION") == "1",
     "DEFAULT_DURABILITY": os.environ.get("JOBS_TEST_DURABILITY", "fast"),
     "LEDGER_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_LEDGER_SWEEP", "10")),
+    "BATCH_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_BATCH_SWEEP", "10")),
 }
 # Django's Tasks framework: django.tasks on Django 6.0; on 5.2 the django_tasks backport, when installed.
 _TASKS_FRAMEWORK = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"

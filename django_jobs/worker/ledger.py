@@ -27,9 +27,8 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from .. import metrics
+from .. import metrics, results
 from ..conf import LEDGER, jobs_settings
-from ..connections import get_connection, queue_configs
 from ..durability import ledger_queues, outbox_aliases
 from ..models import DeadLetter, OutboxEntry
 from ..store import Status, Store
@@ -89,7 +88,7 @@ class Ledger:
         head = list(itertools.islice(self.watched, BATCH * SETTLE_BATCHES))
         for start in range(0, len(head), BATCH):
             queues = {job_id: self.watched.pop(job_id) for job_id in head[start : start + BATCH]}
-            statuses = _statuses(queues)
+            statuses = results.statuses(queues)
             done = _finished(statuses)
             _delete(done, queues)
             for job_id, status in statuses.items():  # still running, or being dead-lettered: look again
@@ -153,7 +152,7 @@ class Ledger:
     def _reconcile(self, alias: str, queues: dict[str, str]) -> set[str]:
         """Delete the rows of finished jobs, push again those missing from Redis; returns the queues
         whose Redis did not answer (the rest of the sweep leaves them alone)."""
-        statuses = _statuses(queues)
+        statuses = results.statuses(queues)  # a row of an unknown queue is the relay's to quarantine
         done = _finished(statuses)
         missing = [job_id for job_id, status in statuses.items() if status is None and job_id not in done]
         down: set[str] = set()
@@ -170,18 +169,6 @@ class Ledger:
                 metrics.ledger(queue, repushed=count)
         _delete(done, queues)
         return down
-
-
-def _statuses(queues: dict[str, str]) -> dict[str, str | None]:
-    """The status of each job (id -> queue) in its queue's Redis, one round trip per queue."""
-    by_queue: dict[str, list[str]] = {}
-    for job_id, queue in queues.items():
-        by_queue.setdefault(queue, []).append(job_id)
-    statuses: dict[str, str | None] = {}
-    for queue, ids in by_queue.items():
-        if queue in queue_configs():  # a row of an unknown queue is the relay's to quarantine
-            statuses.update(Store.of(get_connection(queue)).statuses(ids))
-    return statuses
 
 
 def _finished(statuses: dict[str, str | None]) -> set[str]:

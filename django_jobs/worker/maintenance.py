@@ -1,5 +1,5 @@
 """The supervisor's periodic duties: promote due jobs, reap dead workers' leases, finish
-interrupted dead-lettering, relay the outbox and prune old idempotency keys.
+interrupted dead-lettering, relay the outbox, sweep the open batches and prune old idempotency keys.
 
 Every ``runjobs`` runs all of them, so no duty waits on one elected process, and each step is
 an atomic script or an idempotent write, so two ``runjobs`` doing the same step cannot double it.
@@ -23,7 +23,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
-from .. import alerts, deadletter, execution, idempotency, metrics, outbox, outcomes
+from .. import alerts, batches, deadletter, execution, idempotency, metrics, outbox, outcomes
 from ..backends import redis as redis_backend
 from ..conf import LEDGER, jobs_settings
 from ..connections import connection_identity, get_connection, queue_configs, queues_on
@@ -170,6 +170,7 @@ class Maintenance:
         self.strikes = Strikes()
         self.paused: dict[str, float] = {}  # queue -> when (monotonic) the relay tries its Redis again
         self.ledger = Ledger(store, self._relay_rows, self.owns)
+        self.batches = batches.Sweep()
         self.duties = [
             Every(interval, self.promote_and_reap),
             Every(1.0, self.check_structures),  # before the relay, whose pushes a broken key would fail
@@ -180,6 +181,7 @@ class Maintenance:
             Every(5.0, self.finish_dying),
             Every(5.0, self.record_vanished),
             Every(5.0, self.release_parked),
+            Every(min(interval, 1.0), self.sweep_batches),
             Every(600.0, self.prune_keys),
             Every(5.0, self.flush_alerts),
             Every(min(interval, 0.2), self.scheduler.tick),
@@ -437,6 +439,10 @@ class Maintenance:
     def check_structures(self) -> None:
         """Move aside a queue, lease or scheduled key of the wrong type, so it stops failing every job."""
         structure.quarantine_wrong_types(self.store.connection, self.queues)
+
+    def sweep_batches(self) -> None:
+        """Settle the batch members whose end no event reported: one page of the sweep per pass."""
+        self.batches.step()
 
     def prune_keys(self) -> None:
         if self.lead:  # the database is one for every server: once per runjobs is enough

@@ -168,7 +168,7 @@ def test_the_cost_does_not_grow_with_queued_jobs_or_dead_letters(private_redis):
     priorities = 2  # each costs a ZCARD and a ZRANGEBYSCORE in the script and an HGET of its head
     per_server = 5 + 2  # workers, leases...; and what is paused (the paused hash, the parked lists)
     assert sum(small[0].values()) <= 7 * queues + per_server + 3 * priorities, small[0]
-    assert small[1] == 3  # one aggregate each: dead letters, outbox, overdue periodic runs
+    assert small[1] == 4  # one aggregate each: dead letters, outbox, overdue periodic runs, open batches
 
 
 def test_an_unreachable_redis_leaves_its_gauges_out_and_keeps_the_rest(redis_down, caplog):
@@ -226,3 +226,13 @@ def test_pause_gauges_count_seconds_since_each_pause_and_zero_for_running_queues
     assert 0 <= gauge(scraped, "django_jobs_job_paused_seconds", job="tests.record") < 10
     assert gauge(scraped, "django_jobs_job_paused_seconds", job="tests.greet") is None  # only paused types
     assert gauge(scraped, "django_jobs_queue_depth", queue="default") == 0  # a parked job is not ready
+
+
+def test_open_batches_are_counted():
+    from django_jobs.batches import batch
+
+    with batch(name="waits"):
+        jobs.record.enqueue("member")
+    with batch(name="empty, so fired at once"):
+        pass
+    assert gauge(scrape(), "django_jobs_batches_open") == 1

@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 
 from django_jobs import PermanentError, RetryPolicy, Snooze, idempotent, job
+from django_jobs.batches import batch_callback
 from django_jobs.chains import Page, chain
+from django_jobs.models import Batch
 
 from .models import Item, SideEffect
 
@@ -506,3 +508,47 @@ def snoozy_pages(cursor: int | None, *, page_size: int, returned: bool = False) 
             return Snooze(0.05)
         raise Snooze(0.05)
     return Page(next_cursor=items[-1].pk if len(items) == page_size else None, items=len(items))
+
+
+# --- Batches -------------------------------------------------------------------------------------
+
+
+@batch_callback(name="tests.batch_done", timeout=10, retry=FAST)
+def batch_done(batch: Batch, label: str) -> None:
+    """Records each run with what the batch says: the framework runs it once per batch and kind."""
+    SideEffect.objects.create(key=f"{label}|{batch.pk}|{batch.status}|{batch.succeeded}|{batch.ended}")
+
+
+@batch_callback(name="tests.batch_flaky_done", timeout=10, retry=FAST)
+def batch_flaky_done(batch: Batch, label: str) -> None:
+    """Fails its first run after writing (the write rolls back with the run mark), then succeeds."""
+    from django_jobs.connections import get_connection
+
+    SideEffect.objects.create(key=f"{label}|{batch.pk}")
+    if get_connection("default").incr(f"tests:flaky:{batch.pk}") == 1:
+        raise ConnectionError("flaky upstream")
+
+
+@job(name="tests.needs_fix", timeout=10, retry=FAST)
+def needs_fix(key: str) -> None:
+    """Dead-lettered at once until a "fixed:<key>" row exists (an operator's data fix); then done once."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    if not SideEffect.objects.filter(key=f"fixed:{key}").exists():
+        raise PermanentError(f"{key} needs a fix")
+    with idempotent(f"needs_fix:{key}") as first:
+        if first:
+            SideEffect.objects.create(key=key)
+
+
+@job(name="tests.gate", timeout=30, retry=SOAK)
+def gate(key: str, path: str) -> None:
+    """Waits (up to 20 s an attempt) for ``path`` to exist, then does its side effect once."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    end = time.monotonic() + 20
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            raise ConnectionError(f"{path} did not appear")
+        time.sleep(0.05)
+    with idempotent(f"gate:{key}") as first:
+        if first:
+            SideEffect.objects.create(key=key)
