@@ -143,17 +143,18 @@ def settle_failure(
         cancel=outcome is Outcome.CANCELLED, finished_ttl=jobs_settings.FINISHED_TTL,
     )  # fmt: skip
     if settled is Settled.FENCED:
+        # The lease was taken back (a reaper, after the lease expired): that settling was published.
         logger.warning(
-            "Job %s %s: attempt %d was fenced off; another attempt owns it now.",
+            "Job %s: its attempt under lease %s was fenced off; another attempt owns it now.",
             definition.name if definition else "(unknown)",
-            claimed.id,
-            claimed.attempt,
+            claimed.token,
         )
     elif settled is Settled.CANCELLED:
         outcome = Outcome.CANCELLED
     reported = name if name is not None else claimed.record.name
     bury, retry_in = settled is Settled.DONE and delay is None, delay if settled is Settled.DONE else None
-    return _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in)
+    ended = _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in)
+    return dataclasses.replace(ended, fenced=settled is Settled.FENCED)
 
 
 def settle_snooze(
