@@ -240,7 +240,9 @@ def _needs_closing(conn: BaseDatabaseWrapper) -> bool:
 
 
 def db_hygiene() -> None:
-    """Between jobs: drop broken or expired connections and a leaked transaction, keep healthy ones.
+    """Between jobs, and before each pass of the supervisor's maintenance: drop broken or expired
+    connections and a leaked transaction, keep healthy ones. Django reopens a connection only once it
+    is closed, so one broken by a database outage would otherwise fail every query after it returns.
 
     Unlike ``close_old_connections``, a ``CONN_MAX_AGE=0`` connection is kept while usable, so a
     worker does not reconnect for every job.
