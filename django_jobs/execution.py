@@ -239,16 +239,18 @@ def _needs_closing(conn: BaseDatabaseWrapper) -> bool:
     return leaked_transaction or broken or expired
 
 
-def db_hygiene() -> None:
+def db_hygiene(interrupted: bool = False) -> None:
     """Between jobs, and before each pass of the supervisor's maintenance: drop broken or expired
     connections and a leaked transaction, keep healthy ones. Django reopens a connection only once it
     is closed, so one broken by a database outage would otherwise fail every query after it returns.
+    ``interrupted``: the job's timeout cut its code short, maybe in the middle of a query (a database
+    that stopped answering), which leaves its connection unable to take another: close them all.
 
     Unlike ``close_old_connections``, a ``CONN_MAX_AGE=0`` connection is kept while usable, so a
     worker does not reconnect for every job.
     """
     for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and _needs_closing(conn):
+        if conn.connection is not None and (interrupted or _needs_closing(conn)):
             conn.close()
         conn.errors_occurred = False
     if settings.DEBUG:
@@ -330,7 +332,8 @@ def _run(
     duration = time.perf_counter() - started
     if error is None and on_return is not None:
         on_return()
-    isolated("Closing the job's database connections", db_hygiene)
+    interrupted = isinstance(error, JobTimeout)
+    isolated("Closing the job's database connections", lambda: db_hygiene(interrupted))
     if error is None:
         ended = dataclasses.replace(
             _ended(store, claimed, name, Outcome.SUCCESS, duration, None), result=result

@@ -14,14 +14,16 @@ from django.conf import settings
 from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
+from django_jobs import RetryPolicy, job
 from django_jobs.connections import get_connection
-from django_jobs.models import OutboxEntry
+from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import Store
+from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.chaos import CuttableProxy
 from tests.conftest import wait_for
 from tests.testapp import jobs
-from tests.testapp.models import Item
+from tests.testapp.models import Item, SideEffect
 
 pytestmark = [
     pytest.mark.django_db(transaction=True, databases=["default", "other"]),
@@ -44,6 +46,23 @@ def db_link() -> Iterator[CuttableProxy]:
     connection.close()
     connection.settings_dict["PORT"] = port
     proxy.cut()
+
+
+def test_a_job_stopped_by_its_timeout_mid_query_leaves_no_broken_connection_behind(restore_registry):
+    """A query to a database that stopped answering (a partition) waits until the job's timeout
+    interrupts it mid-command, which leaves its connection unable to take another query: it is
+    closed, so the job's dead letter and the next job run on a fresh one."""
+
+    @job(name="tests.stuck_query", timeout=0.5, retry=RetryPolicy(max_attempts=1))
+    def stuck_query() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(3)")
+
+    stuck = stuck_query.enqueue()
+    jobs.record.enqueue("next")
+    assert run_jobs() == 2
+    assert DeadLetter.objects.get(job_id=stuck.id).exception == "django_jobs.exceptions.JobTimeout"
+    assert SideEffect.objects.filter(key="next").count() == 1  # on its first attempt
 
 
 def test_the_supervisor_reopens_a_connection_a_cut_broke_once_the_database_is_back(db_link, redis_db):
