@@ -290,21 +290,22 @@ def run(
     store: Store,
     claimed: Claimed,
     on_start: Callable[[float], None] | None = None,
-    on_return: Callable[[], None] | None = None,
+    on_end: Callable[[bool], None] | None = None,
 ) -> AttemptEnded:
     """Run one claimed attempt. Failures are settled here; a success is left for the caller to
     complete (it batches the completion with its next claim). ``on_start(timeout)`` runs just
-    before the job's code, so a supervisor can arm its hard timeout; ``on_return()`` as soon as
-    the code returned, so it completes the job even if this process dies in what follows.
+    before the job's code, so a supervisor can arm its hard timeout; ``on_end(returned)`` as soon
+    as the code returned (True: the supervisor completes the job even if this process dies in what
+    follows) or raised: from then on nothing is left to stop, however long the settling takes.
 
     Once the job's code has returned, its outcome is final: signals, cron bookkeeping, metrics and
     the log line are isolated, so none of them can fail a success or rerun it.
 
     With OpenTelemetry tracing on, the attempt, its outcome's subscribers included, runs in its span."""
     if not tracing.active():
-        return _run(store, claimed, on_start, on_return)
+        return _run(store, claimed, on_start, on_end)
     with tracing.attempt(claimed) as span:
-        ended = _run(store, claimed, on_start, on_return)
+        ended = _run(store, claimed, on_start, on_end)
         isolated("Recording the attempt's span", lambda: span.ended(ended))
     return ended
 
@@ -313,7 +314,7 @@ def _run(
     store: Store,
     claimed: Claimed,
     on_start: Callable[[float], None] | None,
-    on_return: Callable[[], None] | None,
+    on_end: Callable[[bool], None] | None,
 ) -> AttemptEnded:
     started = time.perf_counter()
     name = "(unknown)"
@@ -330,8 +331,8 @@ def _run(
     isolated("Counting a start", lambda: metrics.started(name, claimed.queue, queue_wait(claimed)))
     error, result = _attempt(definition, args, kwargs, claimed)
     duration = time.perf_counter() - started
-    if error is None and on_return is not None:
-        on_return()
+    if on_end is not None:
+        on_end(error is None)
     interrupted = isinstance(error, JobTimeout)
     isolated("Closing the job's database connections", lambda: db_hygiene(interrupted))
     if error is None:

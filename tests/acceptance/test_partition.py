@@ -16,7 +16,10 @@ from pathlib import Path
 
 import pytest
 import redis
+from django.conf import settings
+from django.db import transaction
 
+from django_jobs.models import DeadLetter
 from tests.chaos import CuttableProxy
 from tests.conftest import wait_for
 from tests.testapp import jobs
@@ -112,4 +115,50 @@ def test_a_host_cut_off_from_redis_stops_its_attempts_before_another_host_takes_
     # each attempt counted once: A's cut-off attempts as lost (by B's reaper), B's as successes
     assert outcomes(client, "tests.cut_off") == Counter(lost=JOBS, success=JOBS)
     assert outcomes(client, "tests.cut_off_limited") == Counter(lost=1, success=2)
+    assert a.proc.poll() is None
+
+
+@pytest.mark.skipif(
+    settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"),
+    reason="a database cut needs a database server to cut off",
+)
+@pytest.mark.parametrize("how", ["cut", "partition"])
+def test_a_host_cut_off_from_its_database_finishes_each_job_once(redis_db, runjobs, tmp_path, how):
+    """Cut (its connections reset), A's attempts fail on their database writes and are retried;
+    across a partition shorter than their timeout, they wait for the database and finish after the
+    heal. A dead letter A could not write meanwhile is written once; A's supervisor works again."""
+    proxy = CuttableProxy(int(settings.DATABASES["default"]["PORT"]))
+    proxy.start()
+    env = {"JOBS_TEST_LEASE": str(LEASE)}
+    work = {f"job{i}": jobs.cut_off for i in range(JOBS)}
+    a, b, handles = two_hosts(runjobs, env, {"PGPORT": str(proxy.port)}, work, tmp_path, redis_db)
+
+    proxy.cut() if how == "cut" else proxy.partition()
+    for key in work:
+        (tmp_path / f"{key}.go").touch()  # A's attempts go on to their database writes
+    dead = jobs.fails_with.options(queue="emails").enqueue("cut off")  # only A serves "emails"
+    time.sleep(SECONDS)
+    proxy.restore() if how == "cut" else proxy.heal()
+
+    wait_for(lambda: all(done(key) for key in work), timeout=30)
+    wait_for(lambda: DeadLetter.objects.filter(job_id=dead.id).exists(), timeout=30)
+    attempts = 0
+    for key, handle in handles.items():
+        assert (done(f"end:{key}"), done(key)) == (1, 1), key  # A's failed attempts wrote nothing
+        status, attempt = redis_db.hmget(f"rq:job:{handle.id}", "status", "dj_attempt")
+        assert status == b"finished" and int(attempt) >= (2 if how == "cut" else 1), (key, attempt)
+        attempts += int(attempt)
+
+    # A's supervisor works again: with B gone, only A's outbox relay can deliver a row without a hook
+    assert b.terminate() == 0
+    transaction.set_autocommit(False)
+    jobs.record.enqueue("relayed by A")
+    transaction.commit()
+    transaction.set_autocommit(True)
+    wait_for(lambda: done("relayed by A"), timeout=30)
+    time.sleep(1.5)  # every process writes its outcome counters at most once a second
+    assert outcomes(redis_db, "tests.cut_off") == Counter(success=JOBS, retry=attempts - JOBS)
+    assert outcomes(redis_db, "tests.fails_with") == Counter(dead=1)  # counted once
+    assert DeadLetter.objects.count() == 1
+    assert not redis_db.zcard("djjobs:leases") and not redis_db.zcard("djjobs:dying")
     assert a.proc.poll() is None
