@@ -427,6 +427,12 @@ def cut_off_limited(key: str, marks: str, first: float, then: float = 0.2) -> No
     cut_off(key, marks, first, then)
 
 
+@job(name="tests.cut_off_refused", timeout=3600, retry=FAILOVER)
+def cut_off_refused(key: str) -> None:
+    """Fails for good at once; its timeout is long enough for its dead-lettering to wait out any cut."""
+    raise PermanentError(f"refused: {key}")
+
+
 # --- Cancellation -----------------------------------------------------------------------------------
 
 
