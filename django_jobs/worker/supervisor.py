@@ -358,10 +358,10 @@ class Supervisor:
         heartbeat of the server of ``queues`` found.
 
         An attempt whose code ended is left alone: nothing is left to stop, and settling its end
-        (which removes its lease) may wait on the database. A lease also disappears when the work
-        process itself completes or fails the job, a moment before it tells us so. So a missing
-        lease is only trusted when two heartbeats in a row (a third of a lease apart) find the same
-        attempt still running without one.
+        (which removes its lease) may wait on the database. A heartbeat may still find a lease gone
+        that the work process removed itself, before the supervisor read what it reported. So a
+        missing lease is only trusted when two heartbeats in a row (a third of a lease apart) find
+        the same attempt still running without one.
         """
         for slot in self.slots.values():
             if slot.queue not in queues:
