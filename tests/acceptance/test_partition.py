@@ -19,6 +19,7 @@ import redis
 from django.conf import settings
 from django.db import transaction
 
+from django_jobs import get_job
 from django_jobs.models import DeadLetter
 from tests.chaos import CuttableProxy
 from tests.conftest import wait_for
@@ -55,12 +56,12 @@ def two_hosts(runjobs, env, link, work, marks: Path, client: redis.Redis):
     """Start A, whose link to Redis or to the database goes through the proxy (``link``: its settings
     for that), on every queue, and give it ``work``; once their first attempts all run (each would
     run 30 s), start B beside it, on "default" only (jobs queued on "emails" are A's), and wait until
-    both serve. Returns A, B and the handles of ``work``."""
-    a = runjobs("--concurrency", str(JOBS + 1), extra_env={**env, **link})
+    both serve. A has a work process to spare. Returns A, B and the handles of ``work``."""
+    a = runjobs("--concurrency", str(len(work) + 1), extra_env={**env, **link})
     handles = {key: job.enqueue(key, str(marks / key), 30) for key, job in work.items()}
     wait_for(lambda: all(a.proc.pid in runs(marks / key) for key in work), timeout=30)
     b = runjobs("default", "--concurrency", "2", extra_env=env)
-    serving(client, JOBS + 1 + 2)
+    serving(client, len(work) + 1 + 2)
     return a, b, handles
 
 
@@ -82,23 +83,28 @@ def test_a_host_cut_off_from_redis_stops_its_attempts_before_another_host_takes_
     proxy.start()
     env = {"JOBS_TEST_REDIS_URL": private_redis.url, "JOBS_TEST_LEASE": str(LEASE)}
     link = {"JOBS_TEST_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"}
-    work = {f"job{i}": jobs.cut_off for i in range(JOBS)} | {"limited": jobs.cut_off_limited}
+    cut = {f"job{i}": jobs.cut_off for i in range(JOBS)} | {"limited": jobs.cut_off_limited}
+    work = cut | {"returned": jobs.cut_off_result}
     client = redis.Redis.from_url(private_redis.url)
     a, b, handles = two_hosts(runjobs, env, link, work, tmp_path, client)
 
     cut_at = time.time()
     proxy.partition()
+    (tmp_path / "returned.go").touch()  # this attempt returns now: its completion cannot reach Redis
     time.sleep(SECONDS)
     proxy.heal()
 
     wait_for(lambda: all(done(key) for key in work), timeout=30)
-    for key in work:
+    for key in cut:
         ran = runs(tmp_path / key)
         assert set(ran) == {a.proc.pid, b.proc.pid}, ran
         # A stopped its attempt before its lease could expire, so B started it only after A's ended
         assert ran[a.proc.pid][1] < cut_at + LEASE, (key, ran, cut_at)
         assert ran[a.proc.pid][1] < ran[b.proc.pid][0], (key, ran)
         assert (done(f"end:{key}"), done(key)) == (1, 1), key  # only B's attempt ran to its end
+    ran = runs(tmp_path / "returned")  # its lease expired before its completion landed: B ran it again
+    assert ran[a.proc.pid][1] < ran[b.proc.pid][0], ran  # at least once, never alongside itself
+    assert (done("end:returned"), done("returned")) == (2, 1)  # its side effect once
 
     # A reconnects: with B gone it takes new work, and the limited job's slot is free
     assert b.terminate() == 0
@@ -110,6 +116,7 @@ def test_a_host_cut_off_from_redis_stops_its_attempts_before_another_host_takes_
 
     for key, handle in handles.items():  # finished once, by B's second attempt
         assert client.hmget(f"rq:job:{handle.id}", "status", "dj_attempt") == [b"finished", b"2"], key
+    assert get_job(handles["returned"].id).result == b.proc.pid  # A's late completion was refused
     assert not client.zcard("djjobs:leases") and not client.zcard("djjobs:lost")
     time.sleep(1.5)  # every process writes its outcome counters at most once a second
     # each attempt counted once: A's cut-off attempts as lost (by B's reaper), B's as successes

@@ -427,6 +427,13 @@ def cut_off_limited(key: str, marks: str, first: float, then: float = 0.2) -> No
     cut_off(key, marks, first, then)
 
 
+@job(name="tests.cut_off_result", timeout=60, retry=FAILOVER, store_result=True)
+def cut_off_result(key: str, marks: str, first: float, then: float = 0.2) -> int:
+    """As ``cut_off``, and returns the pid of the runjobs that ran it: which attempt's completion landed."""
+    cut_off(key, marks, first, then)
+    return os.getppid()
+
+
 @job(name="tests.cut_off_refused", timeout=3600, retry=FAILOVER)
 def cut_off_refused(key: str) -> None:
     """Fails for good at once; its timeout is long enough for its dead-lettering to wait out any cut."""
