@@ -153,8 +153,8 @@ def settle_failure(
         outcome = Outcome.CANCELLED
     reported = name if name is not None else claimed.record.name
     bury, retry_in = settled is Settled.DONE and delay is None, delay if settled is Settled.DONE else None
-    ended = _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in)
-    return dataclasses.replace(ended, fenced=settled is Settled.FENCED)
+    fenced = settled is Settled.FENCED
+    return _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in, fenced)
 
 
 def settle_snooze(
@@ -162,7 +162,7 @@ def settle_snooze(
 ) -> AttemptEnded:
     """Reschedule the job ``snooze.seconds`` from now without spending the attempt (outcome
     ``snoozed``), or, past its snooze cap, dead-letter it with reason "snoozed". Fenced by the lease
-    like a failure: a snooze from an attempt that lost its lease changes nothing."""
+    like a failure: a snooze from an attempt that lost its lease changes nothing and is published nowhere."""
     if claimed.record.snoozes >= definition.snooze_cap:
         too_often = SnoozedTooOften(
             f"Job {definition.name} snoozed {claimed.record.snoozes} times, as often as its max_snoozes "
@@ -171,14 +171,16 @@ def settle_snooze(
         too_often.__cause__ = snooze  # its traceback shows where the job snoozed
         return settle_failure(store, claimed, too_often, name=definition.name, duration=duration)
     settled = store.snooze(claimed.token, claimed.queue, snooze.seconds, jobs_settings.FINISHED_TTL)
-    if settled is Settled.FENCED:
+    fenced = settled is Settled.FENCED
+    if fenced:
         logger.warning(
-            "Job %s %s: attempt %d was fenced off; its snooze changed nothing.",
-            definition.name, claimed.id, claimed.attempt,
+            "Job %s: its attempt under lease %s was fenced off; its snooze changed nothing.",
+            definition.name, claimed.token,
         )  # fmt: skip
     outcome = Outcome.CANCELLED if settled is Settled.CANCELLED else Outcome.SNOOZED
     retry_in = snooze.seconds if settled is Settled.DONE else None
-    return _ended(store, claimed, definition.name, outcome, duration, snooze, retry_in=retry_in)
+    name = definition.name
+    return _ended(store, claimed, name, outcome, duration, snooze, retry_in=retry_in, fenced=fenced)
 
 
 def publish_expired(store: Store, dropped: Sequence[Claimed]) -> None:
@@ -205,10 +207,11 @@ def _ended(
     history: list[dict[str, Any]] | None = None,
     bury: bool = False,
     retry_in: float | None = None,
+    fenced: bool = False,
 ) -> AttemptEnded:
     return AttemptEnded(
         name, claimed.id, claimed.queue, claimed.attempt, outcome, duration, exc, claimed, store,
-        judgement, tuple(history or ()), bury, retry_in,
+        judgement, tuple(history or ()), bury, retry_in, fenced=fenced,
     )  # fmt: skip
 
 

@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_jobs import outcomes
+from django_jobs import Snooze, outcomes
 from django_jobs.exceptions import WorkerLost
-from django_jobs.execution import settle_failure
+from django_jobs.execution import settle_failure, settle_snooze
 from django_jobs.models import DeadLetter
 from django_jobs.outcomes import AttemptEnded, Outcome
-from django_jobs.store import Store
+from django_jobs.store import LEASES, Claimed, Store
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -69,11 +69,27 @@ def test_an_end_the_store_fenced_off_reaches_no_subscriber(seen, redis_db):
     fenced off by the lease token, so the attempt is counted, signalled and logged once."""
     handle = jobs.record.enqueue("settled twice")
     store = Store(redis_db)
-    _, claimed = store.complete_and_claim(
-        ["default"], finished=None, worker_name="w", lease_seconds=10, nonce="n", finished_ttl=60
-    )
-    assert claimed is not None
+    claimed = claim(store)
     lost = WorkerLost("its work process died")
     outcomes.publish(settle_failure(store, claimed, lost))
     outcomes.publish(settle_failure(store, claimed, lost))
     assert [(e.job_id, e.outcome) for e in seen] == [(handle.id, Outcome.LOST)]
+
+
+def test_a_snooze_the_store_fenced_off_reaches_no_subscriber(seen, redis_db):
+    """A snooze from an attempt whose lease was taken back changes nothing, and is counted nowhere:
+    whoever took the lease settled and counted the attempt."""
+    jobs.snoozer.enqueue("fenced", times=1)
+    store = Store(redis_db)
+    claimed = claim(store)
+    redis_db.zrem(LEASES, claimed.token)  # the reaper took the lease
+    outcomes.publish(settle_snooze(store, claimed, Snooze(1), jobs.snoozer, 0.01))
+    assert seen == []
+
+
+def claim(store: Store) -> Claimed:
+    claimed = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=10, nonce="n", finished_ttl=60
+    ).claimed
+    assert claimed is not None
+    return claimed
