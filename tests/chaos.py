@@ -1,4 +1,5 @@
-"""Things tests break on purpose: a private Redis server and a cuttable TCP proxy to PostgreSQL."""
+"""Things tests break on purpose: a private Redis server, and a TCP proxy (to Redis or PostgreSQL)
+that can be cut or partitioned."""
 
 from __future__ import annotations
 
@@ -92,7 +93,14 @@ class RedisServer:
 
 
 class CuttableProxy:
-    """Forwards a loopback port to a target; ``cut()`` drops every connection and refuses new ones."""
+    """Forwards a loopback port to a target.
+
+    ``cut()`` drops every connection and refuses new ones, as a target that went away does: the peers
+    learn of it at once. ``partition()`` lets nothing through either way while every connection stays
+    open and new ones are accepted, as a network that silently drops packets does: each side learns of
+    it only by its own timeouts. ``heal()`` then delivers what was held back, as TCP's retransmissions
+    would (so a request its sender gave up on may still land), and lets traffic flow again.
+    """
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
@@ -100,6 +108,8 @@ class CuttableProxy:
         self._listener: socket.socket | None = None
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._flowing = threading.Event()
+        self._flowing.set()
 
     def start(self) -> None:
         listener = socket.create_server(("127.0.0.1", self.port), reuse_port=True)
@@ -112,6 +122,7 @@ class CuttableProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            self._flowing.wait()  # a connection opened across a partition reaches the target after it
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.target_port))
             except OSError:
@@ -122,11 +133,12 @@ class CuttableProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
+                self._flowing.wait()
                 sink.sendall(data)
+        self._flowing.wait()  # a close crosses the network like data
         with contextlib.suppress(OSError):
             sink.shutdown(socket.SHUT_RDWR)
 
@@ -144,9 +156,16 @@ class CuttableProxy:
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
             self._sockets.clear()
+        self._flowing.set()  # a partition ends with the proxy: nothing waits on it any more
 
     def restore(self) -> None:
         self.start()
+
+    def partition(self) -> None:
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        self._flowing.set()
 
 
 def converged(client: redis.Redis) -> dict[str, int]:

@@ -190,6 +190,7 @@ class Maintenance:
     def tick(self) -> None:
         """Run the duties that are due. One that finds Redis unreachable ends the pass: its error is
         raised, and the caller sets the server aside until it answers again."""
+        execution.db_hygiene()  # a connection an outage broke is reopened, not failed on forever
         now = time.monotonic()
         for duty in self.duties:
             failed = duty(now)

@@ -187,13 +187,20 @@ class WorkProcess:
             self._report(f"S {claimed.token} {claimed.queue} {time.monotonic() + timeout:.3f} {sent}")
 
         ended = self._run(store, claimed, arm)
-        self._post(0)  # the job's code is done: nothing left to kill for
+        self._post(0)  # the job's code is done, or never ran (an undecodable job): nothing to kill for
         self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
         if ended is not None and ended.outcome is Outcome.SUCCESS:
             self._report("C")  # ran; keep the lease alive until the completion lands
             return Finished(claimed.token, claimed.queue, ended.result)
         self._report("D")
         return None
+
+    def _ended(self, returned: bool) -> None:
+        """The job's code is done: the lease guard stops watching (settling the end may wait on a
+        database or a hook as long as it must), and the supervisor learns that it returned ("R": if
+        this process dies from here on, the supervisor completes the job) or raised ("E")."""
+        self._post(0)
+        self._report("R" if returned else "E")
 
     def _due_soon(self, served: Sequence[Served]) -> bool:
         """In burst mode: is a retry or delayed job of our unpaused queues due within ``burst_wait``?
@@ -216,8 +223,7 @@ class WorkProcess:
         """Run one job. Whatever escapes (Redis down while settling, or a fault in the settling
         itself) costs this attempt, not the process: the lease expires and the job is retried."""
         try:
-            # "R": the job returned; if this process dies from here on, the supervisor completes it.
-            return execution.run(store, claimed, on_start=arm, on_return=lambda: self._report("R"))
+            return execution.run(store, claimed, on_start=arm, on_end=self._ended)
         except RedisError as exc:
             logger.warning("Redis unavailable while settling job %s (%s)", claimed.id, exc)
         except BaseException:

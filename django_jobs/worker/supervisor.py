@@ -58,6 +58,7 @@ class Slot:
     abandoned: bool = False  # its lease was taken back: nothing left to settle
     suspect: str | None = None  # the running attempt's token, if the last heartbeat found no lease
     returned: bool = False  # the running job's code returned: it succeeded, whatever happens next
+    ended: bool = False  # the running job's code returned or raised: nothing left to stop
     started: list[tuple[str, str]] = field(default_factory=list)  # (job id, queue) since the last look
     cancel_since: float | None = None  # when a heartbeat found the running attempt's cancel requested
     cancelled: bool = False  # killed for outliving its cancel request's grace
@@ -70,10 +71,12 @@ class Slot:
             if kind == "S":
                 self.token, self.queue = rest[0], rest[1]
                 self.deadline, self.claimed = float(rest[2]), int(rest[3])
-                self.returned, self.cancel_since = False, None
+                self.returned, self.ended, self.cancel_since = False, False, None
                 self.started.append((split_token(self.token), self.queue))
             elif kind == "R":
-                self.returned = True
+                self.returned = self.ended = True
+            elif kind == "E":
+                self.ended = True
             elif kind == "C":
                 self.deadline = None
             elif kind == "D":
@@ -337,8 +340,9 @@ class Supervisor:
 
     def _enforce_cancel(self, slot: Slot, now: float) -> None:
         """Kill an attempt still running ``CANCEL_GRACE`` after its supervisor learned of its cancel
-        request. One whose code returned is left to complete: the completion won the race."""
-        if slot.cancel_since is None or slot.cancelled or slot.deadline is None or slot.returned:
+        request. One whose code returned is left to complete: the completion won the race; one whose
+        code raised is left to settle its failure, which ends it cancelled."""
+        if slot.cancel_since is None or slot.cancelled or slot.deadline is None or slot.ended:
             return
         if now > slot.cancel_since + jobs_settings.CANCEL_GRACE:
             logger.warning(
@@ -353,14 +357,17 @@ class Supervisor:
         never runs twice at once; whoever took the lease runs or settles the job. ``gone``: what one
         heartbeat of the server of ``queues`` found.
 
-        A lease also disappears when the work process itself completes or fails the job, a moment
-        before it tells us so. So a missing lease is only trusted when two heartbeats in a row (a
-        third of a lease apart) find the same attempt still running without one.
+        An attempt whose code ended is left alone: nothing is left to stop, and settling its end
+        (which removes its lease) may wait on the database. A heartbeat may still find a lease gone
+        that the work process removed itself, before the supervisor read what it reported. So a
+        missing lease is only trusted when two heartbeats in a row (a third of a lease apart) find
+        the same attempt still running without one.
         """
         for slot in self.slots.values():
             if slot.queue not in queues:
                 continue
-            missing = slot.token in gone and slot.deadline is not None and not slot.abandoned
+            running = slot.deadline is not None and not slot.ended
+            missing = slot.token in gone and running and not slot.abandoned
             if missing and slot.suspect == slot.token:
                 logger.error(
                     "Lease of job %s was taken back; stopping its attempt in process %d", slot.token, slot.pid

@@ -396,6 +396,52 @@ def failover_limited(key: str, seconds: float = 0.02) -> None:
     failover(key, 0, seconds)
 
 
+# --- A host cut off from the network ---------------------------------------------------------------
+
+
+@job(name="tests.cut_off", timeout=60, retry=FAILOVER)
+def cut_off(key: str, marks: str, first: float, then: float = 0.2) -> None:
+    """Runs ``first`` seconds on its first attempt (or until a file ``<marks>.go`` appears) and
+    ``then`` on later ones, appending "<runjobs pid> <time>" to ``marks`` every 50 ms meanwhile, so a
+    test can tell which runjobs ran each attempt and that no two overlapped. Then it records that an
+    attempt ran to its end ("end:<key>"), and its side effect, once however often it runs."""
+    from django_jobs import current_job
+
+    attempt = current_job()
+    end = time.monotonic() + (first if attempt is not None and attempt.attempt == 1 else then)
+    go = Path(f"{marks}.go")
+    with open(marks, "a") as lines:
+        while True:
+            lines.write(f"{os.getppid()} {time.time()}\n")
+            lines.flush()
+            if time.monotonic() >= end or go.exists():
+                break
+            time.sleep(0.05)
+    SideEffect.objects.create(key=f"end:{key}")
+    with idempotent(f"cut_off:{key}") as first_time:
+        if first_time:
+            SideEffect.objects.create(key=key)
+
+
+@job(name="tests.cut_off_limited", timeout=60, retry=FAILOVER, concurrency=1)
+def cut_off_limited(key: str, marks: str, first: float, then: float = 0.2) -> None:
+    """As ``cut_off``, one at a time across every runjobs: its slot must be free again after a partition."""
+    cut_off(key, marks, first, then)
+
+
+@job(name="tests.cut_off_result", timeout=60, retry=FAILOVER, store_result=True)
+def cut_off_result(key: str, marks: str, first: float, then: float = 0.2) -> int:
+    """As ``cut_off``, and returns the pid of the runjobs that ran it: which attempt's completion landed."""
+    cut_off(key, marks, first, then)
+    return os.getppid()
+
+
+@job(name="tests.cut_off_refused", timeout=3600, retry=FAILOVER)
+def cut_off_refused(key: str) -> None:
+    """Fails for good at once; its timeout is long enough for its dead-lettering to wait out any cut."""
+    raise PermanentError(f"refused: {key}")
+
+
 # --- Cancellation -----------------------------------------------------------------------------------
 
 
