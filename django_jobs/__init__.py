@@ -25,6 +25,7 @@ from .results import JobError, JobHandle, JobState, get_job
 from .store import CancelResult
 
 if TYPE_CHECKING:
+    from .batches import batch, batch_callback
     from .chains import Page, chain
     from .pausing import pause, paused, resume
     from .retrying import retry_now
@@ -45,6 +46,8 @@ __all__ = [
     "RetryPolicy",
     "Snooze",
     "SnoozedTooOften",
+    "batch",
+    "batch_callback",
     "cancel",
     "cancel_requested",
     "chain",
@@ -69,6 +72,8 @@ _AFTER_SETUP = {
     "pause": "pausing",
     "resume": "pausing",
     "paused": "pausing",
+    "batch": "batches",
+    "batch_callback": "batches",
 }
 
 

@@ -423,4 +423,4 @@ class DeadLetterAdmin(_Base, JobPages, PausePages):
         return HttpResponseRedirect(reverse("admin:django_jobs_deadletter_change", args=[pk]))
 
 
-from . import chain_admin  # noqa: E402, F401  the chains have their own admin module
+from . import batch_admin, chain_admin  # noqa: E402, F401  the chains and batches have their own admin modules

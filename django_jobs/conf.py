@@ -94,6 +94,10 @@ class JobsSettings:
     # Seconds between the ledger's full reconciliations (each one costs O(pending ledger rows)); one also
     # runs as soon as runjobs sees its Redis primary change.
     LEDGER_SWEEP_INTERVAL: float = 10
+    # Seconds between runjobs' sweeps of the pending members of open batches (each costs O(pending
+    # members)): the longest a member's end that no event reported (a worker killed at the wrong instant,
+    # a cancelled waiting job, a requeued dead letter) waits to be counted. Keep it well below FINISHED_TTL.
+    BATCH_SWEEP_INTERVAL: float = 10
 
     def durability(self, queue: str) -> str:
         """The durability level of ``queue``'s enqueues."""
@@ -257,6 +261,7 @@ def problems() -> list[Problem]:
         *_cron_shape_problems(given),
         *_durability_problems(given),
         *_snooze_problems(given),
+        *_batch_problems(given),
         *_unreadable(given),
     ]
 
@@ -329,6 +334,19 @@ def _cron_shape_problems(given: dict[str, Any]) -> list[Problem]:
         return []
     hint = "{job name: cron expression or None}"
     return [Problem("django_jobs.E011", "JOBS['CRON'] must be a dict.", hint)]
+
+
+def _batch_problems(given: dict[str, Any]) -> list[Problem]:
+    """A batch sweep so rare that a member's end could leave Redis (FINISHED_TTL) before it looks."""
+    interval, ttl = (given.get(k, DEFAULTS[k]) for k in ("BATCH_SWEEP_INTERVAL", "FINISHED_TTL"))
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (interval, ttl))
+    if not numbers or not all(math.isfinite(v) and v > 0 for v in (interval, ttl)) or interval <= ttl / 2:
+        return []  # E009 reports what is not a positive number
+    msg = (
+        f"JOBS['BATCH_SWEEP_INTERVAL'] is {interval!r}, over half of FINISHED_TTL ({ttl!r}): a batch member "
+        "whose end no event reported can leave Redis before a sweep sees it, and count as expired."
+    )
+    return [Problem("django_jobs.W031", msg, "Keep it well below FINISHED_TTL; the default is 10.")]
 
 
 def _durability_problems(given: dict[str, Any]) -> list[Problem]:

@@ -64,6 +64,7 @@ class Envelope:
     priority: int = 0
     trace: str = ""  # the enqueuer's trace context (tracing.carrier()), "" outside a trace
     expires: float = 0.0  # Unix time after which it is dropped unrun if it has not started; 0: never
+    batch: str = ""  # the id of the batch the job is a member of (see ``batches``), "" for most jobs
 
     def __post_init__(self) -> None:
         # Every id is made here or read back from an outbox row: refuse one that breaks the id rule.
@@ -82,6 +83,8 @@ class Envelope:
             extra["dj_trace"] = self.trace
         if self.expires:
             extra["dj_expires"] = f"{self.expires:.3f}"
+        if self.batch:
+            extra["dj_batch"] = self.batch
         return {
             **extra,
             "data": self.data,
@@ -95,9 +98,9 @@ class Envelope:
         }
 
     def options(self) -> dict[str, Any]:
-        """The outbox row's ``options``; the priority, the trace and the expiry have columns of their own,
-        which a relay that predates them ignores, where an option it did not know would make it
-        quarantine the row."""
+        """The outbox row's ``options``; the priority, the trace, the expiry and the batch have columns
+        of their own, which a relay that predates them ignores, where an option it did not know would
+        make it quarantine the row."""
         return {
             key: value
             for key, value in (
@@ -121,6 +124,7 @@ class Options:
     priority: int | None = None  # None: the job type's own
     expires_in: float = 0.0  # seconds after the enqueue: not started by then, it is dropped unrun
     expires_at: float = 0.0  # or a Unix time; 0 for both: the job type's own expiry, if any
+    batch: str = ""  # the batch whose block enqueues the job (set by enqueue, never by a caller)
 
     def __post_init__(self) -> None:
         if self.priority is not None:

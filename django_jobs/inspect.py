@@ -22,7 +22,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .connections import connection_identity, get_connection
+from .connections import by_server, get_connection
 from .store import (
     DYING,
     LOST,
@@ -110,14 +110,6 @@ def age(stamp: Any, now: dt.datetime) -> float | None:
     if then is None:
         return None
     return max((now - then).total_seconds(), 0.0)
-
-
-def by_server(queues: Sequence[str]) -> list[list[str]]:
-    """``queues`` grouped by the Redis server that holds them, in order."""
-    servers: dict[str, list[str]] = {}
-    for queue in queues:
-        servers.setdefault(connection_identity(queue), []).append(queue)
-    return list(servers.values())
 
 
 def server_connections(queues: Sequence[str]) -> list[tuple[list[str], Redis]]:

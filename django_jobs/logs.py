@@ -17,6 +17,7 @@ from typing import Any
 from redis import Redis
 
 from .conf import jobs_settings
+from .eviction import server_name
 from .store import Claimed
 
 logger = logging.getLogger("django_jobs.worker")
@@ -150,7 +151,6 @@ def _configured() -> bool:
 
 
 def redis_location(connection: Redis) -> str:
-    """``host:port/db`` (or the socket path) of a client, for the start-up line; never the password."""
-    kwargs = connection.connection_pool.connection_kwargs
-    where = kwargs.get("path") or f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-    return f"{where}/{kwargs.get('db', 0)}"
+    """``host:port/db`` (or the socket, or ``sentinel:<master name>``) of a client, for the start-up
+    line; never the password."""
+    return server_name(connection).removeprefix("redis://")

@@ -44,6 +44,7 @@ def row(envelope: Envelope) -> OutboxEntry:
         priority=envelope.priority,
         trace=envelope.trace,
         expires=envelope.expires,
+        batch=envelope.batch,
     )
 
 
@@ -51,7 +52,7 @@ def envelope(entry: OutboxEntry) -> Envelope:
     """The envelope an outbox row holds; raises if the row breaks a rule an envelope checks."""
     return Envelope(
         entry.id, entry.job_name, entry.queue, entry.data, entry.timeout, entry.due, entry.created_at,
-        **entry.options, priority=entry.priority, trace=entry.trace, expires=entry.expires,
+        **entry.options, priority=entry.priority, trace=entry.trace, expires=entry.expires, batch=entry.batch,
     )  # fmt: skip
 
 

@@ -59,7 +59,9 @@ class Judgement:
 class AttemptEnded:
     """One attempt's end, as every subscriber sees it. ``duration`` is None for an attempt that never
     ran here (undecodable, or settled for a dead work process or an expired lease); ``judgement`` and
-    ``history`` are set for a failure; ``bury`` says a dead letter is due (the job is in "dying")."""
+    ``history`` are set for a failure; ``bury`` says a dead letter is due (the job is in "dying").
+    ``fenced``: the store refused this end, as whoever took the lease back settled (and published) the
+    attempt already; :func:`publish` passes it to no subscriber, so no attempt is counted twice."""
 
     name: str
     job_id: str
@@ -75,6 +77,7 @@ class AttemptEnded:
     bury: bool = False
     retry_in: float | None = None  # seconds until the next attempt, for a failure that will retry or a snooze
     result: str | None = None  # a success's return value as JSON, if its job keeps results
+    fenced: bool = False
 
 
 Subscriber = Callable[[AttemptEnded], object]
@@ -100,7 +103,9 @@ def connect(subscribers: Sequence[tuple[str, Subscriber]]) -> None:
 
 
 def publish(event: AttemptEnded) -> None:
-    """Hand ``event`` to every subscriber in order, each isolated from the others."""
+    """Hand ``event`` to every subscriber in order, each isolated from the others; a fenced end to none."""
+    if event.fenced:
+        return
     for what, subscriber in list(_subscribers):
         isolated(f"{what} for job {event.name} {event.job_id}", functools.partial(subscriber, event))
 
@@ -148,7 +153,7 @@ def count(event: AttemptEnded) -> None:
 
 def record(event: AttemptEnded) -> None:
     """The dashboard's hourly and daily counts."""
-    stats.record(event.name, event.outcome.value)
+    stats.record(event.name, event.outcome.value, event.queue)
 
 
 def log(event: AttemptEnded) -> None:

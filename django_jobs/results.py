@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +124,22 @@ def _stores(queue: str | None) -> Iterator[Store]:
     from .connections import servers
 
     return (Store.of(connection) for connection in servers(queue))
+
+
+def statuses(queues: Mapping[str, str]) -> dict[str, str | None]:
+    """The status field of each job (id -> queue) in its queue's Redis, one round trip per queue:
+    None where its hash is gone, "" where the key is not a hash. A job of a queue missing from
+    ``RQ_QUEUES`` is left out."""
+    from .connections import get_connection, queue_configs
+
+    by_queue: dict[str, list[str]] = {}
+    for job_id, queue in queues.items():
+        by_queue.setdefault(queue, []).append(job_id)
+    found: dict[str, str | None] = {}
+    for queue, ids in by_queue.items():
+        if queue in queue_configs():
+            found.update(Store.of(get_connection(queue)).statuses(ids))
+    return found
 
 
 def get_job(job_id: str, *, queue: str | None = None) -> JobState:

@@ -29,3 +29,7 @@ job_snoozed = Signal()
 job_expired = Signal()
 #: sender=job name; kwargs: dead_letter (the DeadLetter row).
 job_dead_lettered = Signal()
+#: sender=job name; kwargs: dead_letter (the DeadLetter row, now requeued), job_id (the new job's id).
+#: Sent inside the requeue's transaction, before the new job is delivered: a receiver that raises
+#: rolls the requeue back.
+job_requeued = Signal()

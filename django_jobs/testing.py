@@ -19,7 +19,7 @@ from . import execution, stats
 from .backends import capture
 from .backends.capture import Captured, CapturedJob
 from .conf import jobs_settings
-from .connections import get_connection, queue_configs
+from .connections import by_server, get_connection, home, queue_configs
 from .outcomes import Outcome
 from .pausing import Held
 from .store import Finished, Store
@@ -55,10 +55,18 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
 
     Due retries and delayed jobs are promoted first. There is no hard timeout here (no
     supervisor), but the soft timeout still applies. Paused queues and job types wait, as they do
-    for ``runjobs``. Returns the number of attempts run.
+    for ``runjobs``. Queues on several Redis servers are run one server after the other, in the order
+    of their first queue. Returns the number of attempts run.
     """
-    names = list(queues or queue_configs())
-    store = Store.of(get_connection(names[0]))
+    ran = 0
+    for names in by_server(list(queues or queue_configs())):
+        ran += _run_server(Store.of(get_connection(names[0])), names, limit - ran)
+    stats.flush(home, every=0)
+    return ran
+
+
+def _run_server(store: Store, names: list[str], limit: int) -> int:
+    """:func:`run_jobs` on the queues of one Redis server."""
     store.maintain(names)
     ran = 0
     active, limits = Held(store, names).claim()
@@ -84,5 +92,4 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
         )
     if finished is not None:
         store.complete(finished, jobs_settings.FINISHED_TTL)
-    stats.flush(store.connection, every=0)
     return ran

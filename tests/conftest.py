@@ -180,5 +180,18 @@ def private_redis(tmp_path: Path, settings) -> Iterator[RedisServer]:
     server.close()
 
 
+@pytest.fixture
+def emails_redis(tmp_path: Path, settings) -> Iterator[RedisServer]:
+    """A Redis server of this test's own for the queue "emails", the other queues staying where they
+    are: queues on two Redis servers. Listed after ``private_redis``, both servers are private."""
+    directory = tmp_path / "emails"
+    directory.mkdir()
+    server = RedisServer(directory)
+    server.start()
+    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "emails": {**settings.RQ_QUEUES["emails"], "URL": server.url}}
+    yield server
+    server.close()
+
+
 #: Seconds each outage lasts in the chaos tests; raise it (e.g. 600) for the long run.
 OUTAGE_SECONDS = float(os.environ.get("JOBS_CHAOS_OUTAGE_SECONDS", "3"))

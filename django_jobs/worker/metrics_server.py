@@ -39,8 +39,9 @@ class PauseGauges:
 
 
 @contextlib.contextmanager
-def serving(addr: str, port: int, queues: Sequence[str]) -> Iterator[int]:
-    """Serve ``/metrics`` on ``addr:port`` (0 picks a free port) and yield the port.
+def serving(addr: str, port: int, queues: Sequence[str], servers: Sequence[str] = ()) -> Iterator[int]:
+    """Serve ``/metrics`` on ``addr:port`` (0 picks a free port) and yield the port. ``servers``: the
+    names of the Redis servers runjobs serves (``django_jobs_worker_redis_up``).
 
     Call it before the supervisor forks: the work processes inherit the switch to multi-process
     values. The files live in a private directory, removed on exit, so a restart starts from zero
@@ -50,7 +51,10 @@ def serving(addr: str, port: int, queues: Sequence[str]) -> Iterator[int]:
     try:
         metrics.use_multiprocess(directory)
         metrics.initialise(
-            queues, [(job.name, job.queue) for job in registry.all_jobs()], [o.value for o in Outcome]
+            queues,
+            [(job.name, job.queue) for job in registry.all_jobs()],
+            [o.value for o in Outcome],
+            servers,
         )
         served = metrics.registry(PauseGauges(queues))
         server, thread = start_http_server(port, addr, registry=served)

@@ -91,6 +91,18 @@ def test_an_unreachable_redis_is_unhealthy(redis_down):
     assert "FAIL redis: Error 111 connecting" in out
 
 
+def test_a_redis_server_that_is_down_fails_only_its_own_queues(redis_db, emails_redis):
+    worker(redis_db, queues="default")
+    emails_redis.stop()
+    code, out = health()
+    assert code == 1
+    assert "ok   redis: default" in out and "ok   workers: default: 1 live" in out
+    failed = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert (
+        len(failed) == 1 and failed[0].startswith("FAIL redis: Error 111") and "(queues emails)" in failed[0]
+    )
+
+
 def test_an_unknown_queue_is_an_error():
     with pytest.raises(CommandError, match="nowhere"):
         call_command("jobs_health", "nowhere")

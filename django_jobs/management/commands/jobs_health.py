@@ -16,7 +16,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.connections import connection_identity, queue_configs
 from django_jobs.eviction import eviction_policy
 from django_jobs.exceptions import ConfigurationError
-from django_jobs.inspect import QueueState, WorkerState, server_connections, servers
+from django_jobs.inspect import QueueState, WorkerState, read_all, server_connections
 from django_jobs.management.arguments import real
 from django_jobs.pausing import describe, paused
 from django_jobs.store.replication import Primary
@@ -120,12 +120,9 @@ class Command(BaseCommand):
                 detail += f", {state.pending} ledger row(s) pending, oldest due {state.oldest_age:.0f} s ago"
             ok = state is None or state.oldest_age <= LEDGER_WARN_AGE
             self._warn_unless(ok, "durability", detail + ("" if ok else " (the ledger does not drain)"))
-        try:
-            servers_state = durability.replication(queues)
-        except RedisError:
-            return  # the redis check says so
-        for names, primary in servers_state:
-            self._warn_unless(True, "replication", f"{', '.join(names)}: {_replication(primary)}")
+        for names, primary in durability.replication(queues):
+            if not isinstance(primary, RedisError):  # else the redis check says so
+                self._warn_unless(True, "replication", f"{', '.join(names)}: {_replication(primary)}")
 
     def _paused(self, queues: list[str]) -> None:
         """Each pause of these queues and of any job type: deliberate, so a warning, never a failure."""
@@ -153,13 +150,15 @@ class Command(BaseCommand):
     def _queues(self, queues: list[str], skip: set[str], max_age: float, local: bool) -> list[str]:
         stats: list[QueueState] = []
         workers: list[WorkerState] = []
-        try:
-            for part in servers(queues):
-                stats += part.queues
-                workers += [w for w in part.workers if w.state]
-        except RedisError as exc:
-            return self._report(False, "redis", str(exc))
-        failures = [] if "redis" in skip else self._report(True, "redis", ", ".join(queues))
+        failures: list[str] = []
+        for names, _, part in read_all(queues):  # a server that is down fails only its own queues
+            if isinstance(part, RedisError):
+                failures += self._report(False, "redis", f"{part} (queues {', '.join(names)})")
+                continue
+            if "redis" not in skip:
+                failures += self._report(True, "redis", ", ".join(names))
+            stats += part.queues
+            workers += [w for w in part.workers if w.state]
         if local:
             workers = [w for w in workers if w.hostname == socket.gethostname()]
         for queue in stats:
