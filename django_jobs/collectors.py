@@ -1,11 +1,11 @@
 """Queue, dead-letter, outbox and worker gauges, served by the web side's ``/metrics``.
 
 They are read at scrape time from :mod:`django_jobs.inspect`: per Redis server every queue's depth,
-oldest ready job's enqueue time (the heads of its list and of each priority) and scheduled count,
-and every worker's state (O(queues + workers), never a walk over queued jobs); the database
-answers one aggregate over the dead letters (by job, status and reason) and one per outbox. A
-source that does not answer is left out of that scrape (and logged), never an error for the whole
-page.
+oldest ready job's enqueue time (the heads of its list and of each priority), scheduled count and
+jobs parked over their key's limit, and every worker's state (O(queues + workers), never a walk over
+queued jobs); the database answers one aggregate over the dead letters (by job, status and reason)
+and one per outbox. A source that does not answer is left out of that scrape (and logged), never an
+error for the whole page.
 
 django-prometheus's ``/metrics`` serves prometheus_client's default registry, which
 :func:`register` adds the collector to. Under ``PROMETHEUS_MULTIPROC_DIR`` that view builds a
@@ -47,13 +47,14 @@ class JobsCollector:
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        depth, age, scheduled, dead, pending, outbox_age, workers, overdue, quarantined = families
+        depth, age, scheduled, parked, dead, pending, outbox_age, workers, overdue, quarantined = families
         states = Counter({"busy": 0, "idle": 0})
         try:
             for server in inspect.servers(sorted(queue_configs())):
                 for queue in server.queues:
                     depth.add_metric([queue.name], queue.depth)
                     scheduled.add_metric([queue.name], queue.scheduled)
+                    parked.add_metric([queue.name], queue.parked)
                     if queue.depth == 0 or queue.oldest_age is not None:
                         age.add_metric([queue.name], queue.oldest_age or 0.0)
                 states.update(worker.state for worker in server.workers if worker.state)
@@ -91,6 +92,11 @@ class JobsCollector:
             GaugeMetricFamily(
                 "django_jobs_scheduled_jobs",
                 "Jobs waiting for their due time: retries in backoff and delayed jobs.",
+                labels=["queue"],
+            ),
+            GaugeMetricFamily(
+                "django_jobs_parked_jobs",
+                "Jobs waiting for a slot of their key (limit_key), parked until one of its jobs ends.",
                 labels=["queue"],
             ),
             GaugeMetricFamily(

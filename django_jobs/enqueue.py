@@ -41,15 +41,17 @@ def build(
     args: list[Any],
     kwargs: dict[str, Any],
     options: Options = Options(),
+    limit_key: str = "",
 ) -> Envelope:
     """An envelope for already-encoded arguments (dead-letter requeues come through here too),
-    carrying the current trace context, if any."""
+    carrying the current trace context, if any, and the key its limits count under, if given."""
     queue_config(queue)  # an unknown queue fails at the first enqueue, not at import
     data = payload.dumps(name, args, kwargs, jobs_settings.MAX_PAYLOAD_BYTES).decode()
     due = time.time() + options.delay if options.delay > 0 else 0.0
     now = dt.datetime.now(dt.UTC)
     return Envelope(uuid.uuid4().hex, name, queue, data, math.ceil(timeout), due, now, options.unique_key,
-                    options.debounce, options.cron_run, options.priority or 0, tracing.carrier())  # fmt: skip
+                    options.debounce, options.cron_run, options.priority or 0, tracing.carrier(),
+                    limit_key)  # fmt: skip
 
 
 def _in_transaction(alias: str) -> bool:
@@ -108,6 +110,7 @@ def enqueue_envelopes(
                 encoded_args,
                 encoded_kwargs,
                 options,
+                definition.limit_value(args, kwargs),
             )
         )
     deliver(envelopes, using=using)

@@ -42,6 +42,7 @@ class Envelope:
     cron_run: int | None = None
     priority: int = 0
     trace: str = ""  # the enqueuer's trace context (tracing.carrier()), "" outside a trace
+    limit_key: str = ""  # the key its job type's limits count it under (@job(limit_key=...)), or ""
 
     def __post_init__(self) -> None:
         # Every id is made here or read back from an outbox row: refuse one that breaks the id rule.
@@ -58,6 +59,8 @@ class Envelope:
             extra["dj_priority"] = self.priority
         if self.trace:
             extra["dj_trace"] = self.trace
+        if self.limit_key:
+            extra["dj_limit_key"] = self.limit_key
         return {
             **extra,
             "data": self.data,
@@ -71,8 +74,9 @@ class Envelope:
         }
 
     def options(self) -> dict[str, Any]:
-        """The outbox row's ``options``; the priority and the trace have columns of their own, which a
-        relay that predates them ignores, where an option it did not know would make it quarantine the row."""
+        """The outbox row's ``options``; the priority, the trace and the limit key have columns of their
+        own, which a relay that predates them ignores, where an option it did not know would make it
+        quarantine the row."""
         return {
             key: value
             for key, value in (

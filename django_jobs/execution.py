@@ -27,7 +27,7 @@ from .models import DeadLetter
 from .outcomes import AttemptEnded, Judgement, Outcome, isolated, publish, send
 from .policy import Verdict, classify
 from .signals import job_started
-from .store import Claimed, Settled, Store
+from .store import Claimed, Finished, Settled, Store
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -130,6 +130,7 @@ def settle_failure(
     settled = store.fail(
         claimed.token, claimed.queue, delay=delay, fields=fields, lost=lost,
         cancel=outcome is Outcome.CANCELLED, finished_ttl=jobs_settings.FINISHED_TTL,
+        scope=registry.limit_scope(claimed.record),
     )  # fmt: skip
     if settled is Settled.FENCED:
         logger.warning(
@@ -143,6 +144,15 @@ def settle_failure(
     reported = name if name is not None else claimed.record.name
     bury, retry_in = settled is Settled.DONE and delay is None, delay if settled is Settled.DONE else None
     return _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in)
+
+
+def completion(ended: AttemptEnded) -> Finished | None:
+    """What the next claim completes after the attempt ``ended``: its success, with its return value
+    and the key whose slot it frees (``limit_key``); None after any other outcome (already settled)."""
+    if ended.outcome is not Outcome.SUCCESS:
+        return None
+    claimed = ended.claimed
+    return Finished(claimed.token, claimed.queue, ended.result, registry.limit_scope(claimed.record))
 
 
 def cancelled(store: Store, claimed: Claimed, exc: BaseException) -> AttemptEnded:

@@ -27,6 +27,9 @@ class OutboxEntry(models.Model):
     trace = models.TextField(
         default="", db_default="", blank=True, help_text="The enqueuer's trace context, if it had one."
     )
+    limit_key = models.CharField(
+        max_length=100, default="", db_default="", blank=True, help_text="The key its limits count under."
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

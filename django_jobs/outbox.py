@@ -43,6 +43,7 @@ def row(envelope: Envelope) -> OutboxEntry:
         options=envelope.options(),
         priority=envelope.priority,
         trace=envelope.trace,
+        limit_key=envelope.limit_key,
     )
 
 
@@ -50,7 +51,7 @@ def envelope(entry: OutboxEntry) -> Envelope:
     """The envelope an outbox row holds; raises if the row breaks a rule an envelope checks."""
     return Envelope(
         entry.id, entry.job_name, entry.queue, entry.data, entry.timeout, entry.due, entry.created_at,
-        **entry.options, priority=entry.priority, trace=entry.trace,
+        **entry.options, priority=entry.priority, trace=entry.trace, limit_key=entry.limit_key,
     )  # fmt: skip
 
 

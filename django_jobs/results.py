@@ -51,6 +51,8 @@ class JobState:
     worker_ids: tuple[str, ...]
     due_at: dt.datetime | None = None  # when a scheduled job (a retry, a delayed job) is due
     cancel_requested_at: dt.datetime | None = None  # when a running job was asked to stop (cancel())
+    limit_key: str | None = None  # the key its job type's limits count it under (@job(limit_key=...))
+    parked: bool = False  # queued, but waiting for a slot of its key (see limit_key)
 
     @property
     def finished(self) -> bool:
@@ -84,6 +86,8 @@ class JobState:
             worker_ids=tuple(w for w in record.text("dj_workers").split("\n") if w),
             due_at=dt.datetime.fromtimestamp(due, dt.UTC) if due is not None else None,
             cancel_requested_at=record.time("dj_cancel"),
+            limit_key=record.text("dj_limit_key") or None,
+            parked=record.status is Status.QUEUED and "dj_parked" in record.fields,
         )
 
 

@@ -20,7 +20,6 @@ from .backends import capture
 from .backends.capture import Captured, CapturedJob
 from .conf import jobs_settings
 from .connections import get_connection, queue_configs
-from .outcomes import Outcome
 from .store import Finished, Store
 
 __all__ = ["Captured", "CapturedJob", "capture_jobs", "immediate_jobs", "run_jobs"]
@@ -57,9 +56,9 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
     """
     names = list(queues or queue_configs())
     store = Store.of(get_connection(names[0]))
-    store.maintain(names)
-    ran = 0
     limits = registry.limits_json()
+    store.maintain(names, limits)
+    ran = 0
     finished: Finished | None = None
     while ran < limit:
         _, claimed = store.complete_and_claim(
@@ -74,10 +73,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
         if claimed is None:
             break
         ran += 1
-        ended = execution.run(store, claimed)
-        finished = (
-            Finished(claimed.token, claimed.queue, ended.result) if ended.outcome is Outcome.SUCCESS else None
-        )
+        finished = execution.completion(execution.run(store, claimed))
     if finished is not None:
         store.complete(finished, jobs_settings.FINISHED_TTL)
     stats.flush(store.connection, every=0)

@@ -16,7 +16,7 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import Beat, CancelResult, Claimed, Finished, Pushable, Settled, Store, VanishedId, load
+from .machine import Beat, CancelResult, Claimed, Finished, Pushable, Scope, Settled, Store, VanishedId, load
 from .record import (
     JOB_ID,
     JobRecord,
@@ -46,6 +46,7 @@ __all__ = [
     "Finished",
     "JobRecord",
     "Pushable",
+    "Scope",
     "Settled",
     "Status",
     "Store",

@@ -42,9 +42,10 @@ def script_text(name: str) -> str:
     """The text of ``lua/<name>.lua`` with its snippets, the priority band and the statuses filled in.
 
     The files are :class:`string.Template` text: ``${NOW}`` (the Redis-time prologue), ``${READY}``
-    (where a ready id goes), ``${BAND}``, ``${QUEUED}``... and ``$$`` for a ``$``.
+    (where a ready id goes), ``${FAIR}`` (limits per key: park, wake), ``${BAND}``, ``${QUEUED}``...
+    and ``$$`` for a ``$``.
     """
-    return _lua(name, NOW=_lua("now"), READY=_lua("ready"))
+    return _lua(name, NOW=_lua("now"), READY=_lua("ready"), FAIR=_lua("fair"))
 
 
 def load(connection: Redis, name: str) -> Script:
@@ -121,13 +122,41 @@ class VanishedId:
 
 
 @dataclass(frozen=True)
+class Scope:
+    """One key value of a job type with ``limit_key``: the slots and rate windows its attempts count
+    in, and the line its jobs are parked in while the key is at its limit. The end of an attempt
+    frees its slot and gives the next job parked in its queue's line its turn (``lua/fair.lua``)."""
+
+    name: str  # the job type's canonical name: aliases share their limits
+    value: str
+    concurrency: int  # 0: no concurrency limit
+    rate: int  # starts per period; 0: no rate limit
+    period: float
+
+    @property
+    def member(self) -> str:
+        return keys.limit_scope(self.name, self.value)
+
+    def places(self, queue: str) -> list[str]:
+        """Its slots, its line in ``queue``, and that queue's index of lines."""
+        return [keys.slots_key(self.member), keys.parked_line(queue, self.member), keys.parked_index(queue)]
+
+    def arg(self) -> str:
+        """What ``next_turn`` in ``lua/fair.lua`` reads: the limits, the rate counter and job hash
+        prefixes, and the member of the index."""
+        prefixes = [keys.rate_prefix(self.member), keys.JOB_PREFIX, self.member]
+        return json.dumps([self.concurrency, self.rate, self.period, *prefixes])
+
+
+@dataclass(frozen=True)
 class Finished:
-    """A job that ran to success, for the next claim to complete: its lease token, its queue, and
-    its return value as JSON if its job keeps results."""
+    """A job that ran to success, for the next claim to complete: its lease token, its queue, its
+    return value as JSON if its job keeps results, and the key whose slot it frees (``limit_key``)."""
 
     token: str
     queue: str
     result: str | None = None
+    scope: Scope | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +193,25 @@ def _flat(fields: dict[str, Any]) -> list[Any]:
     return [item for pair in fields.items() for item in pair]
 
 
+def _limit_arg(limits: str, layout: list[str]) -> str:
+    """The limits argument of the claim and maintenance scripts: ``limits_json()`` with, per name, the
+    index in KEYS of its type's slots (appended to ``layout`` once per canonical name; 0 without a
+    concurrency limit) and its rate counters' prefix; a name with ``limit_key`` gets 0, the prefixes of
+    rate counters and slots, and its scope's prefix ``<canonical name>\n`` instead (``lua/fair.lua``)."""
+    slots: dict[str, int] = {}
+    given: dict[str, list[Any]] = json.loads(limits)
+    for limit in given.values():
+        concurrency, canonical, keyed = limit[0], limit[3], limit[4:]
+        if keyed:
+            limit[3:] = [0, keys.RATE_PREFIX, keys.SLOTS_PREFIX, keys.limit_scope(canonical, "")]
+            continue
+        if concurrency > 0 and canonical not in slots:
+            layout.append(keys.slots_key(canonical))
+            slots[canonical] = len(layout)
+        limit[3:] = [slots.get(canonical, 0), keys.rate_prefix(canonical)]
+    return json.dumps(given)
+
+
 @functools.lru_cache(maxsize=64)
 def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]:
     """The claim script's fixed KEYS for these queues and limits, and its limits argument.
@@ -174,25 +222,29 @@ def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]
     layout = [keys.LEASES, keys.DYING, keys.VANISHED]
     for queue in queues:
         layout += [keys.queue_key(queue), keys.scheduled_key(queue), keys.wip_key(queue)]
-        layout += keys.priority_keys(queue)
-    slots: dict[str, int] = {}
-    given: dict[str, list[Any]] = json.loads(limits)
-    for limit in given.values():
-        concurrency, canonical = limit[0], limit[3]
-        if concurrency > 0 and canonical not in slots:
-            layout.append(keys.slots_key(canonical))
-            slots[canonical] = len(layout)
-        limit[3:] = [slots.get(canonical, 0), keys.rate_prefix(canonical)]
-    return layout, json.dumps(given)
+        layout += [*keys.priority_keys(queue), keys.parked_index(queue)]
+    return layout, _limit_arg(limits, layout)
 
 
 @functools.lru_cache(maxsize=64)
-def _maintain_keys(queues: tuple[str, ...]) -> list[str]:
+def _maintain_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]:
+    """The maintenance script's KEYS, and its limits: those of the names with ``limit_key``, as the
+    claim's entries hold them, by their scope's prefix (``<canonical name>\n``)."""
     layout = [keys.LEASES, keys.LOST, keys.DYING, keys.QUEUES_SET]
     for queue in queues:
         layout += [keys.scheduled_key(queue), keys.queue_key(queue), keys.wake_key(queue)]
-        layout += keys.priority_keys(queue)
-    return layout
+        layout += [*keys.priority_keys(queue), keys.parked_index(queue)]
+    entries = json.loads(_limit_arg(limits, []))  # a type's slots are the claim's business only
+    return layout, json.dumps({limit[6]: limit for limit in entries.values() if len(limit) > 5})
+
+
+def _scope_keys(finished: Finished) -> list[str]:
+    """What the completion of a job with ``limit_key`` touches besides its own keys: its scope's
+    places, and where its queue's next parked job goes (its ready places and wake list)."""
+    if finished.scope is None:
+        return []
+    where = finished.queue
+    return [*finished.scope.places(where), *keys.ready_keys(where), keys.wake_key(where)]
 
 
 class Store:
@@ -200,6 +252,8 @@ class Store:
 
     WAKE_CAP = 64
     UNIQUE_TTL = 7 * 24 * 3600
+    #: Seconds until maintenance looks at a line of parked jobs again, in case a wake-up was missed.
+    PARK_RECHECK = 1.0
 
     def __init__(self, connection: Redis) -> None:
         self.connection = connection
@@ -271,15 +325,17 @@ class Store:
         """
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         layout, limit_arg = _claim_layout(tuple(queues), limits)
-        token = finished.token if finished else ""
-        done = [keys.wip_key(finished.queue), keys.job_key(split_token(token))] if finished else []
-        result = (finished.result or "") if finished else ""
+        token, done, ended = "", [], ["", ""]  # ended: the finished job's scope and result
+        if finished:
+            token = finished.token
+            done = [keys.wip_key(finished.queue), keys.job_key(split_token(token)), *_scope_keys(finished)]
+            ended = [finished.scope.arg() if finished.scope else "", finished.result or ""]
         args: list[str | float] = [token, len(queues), stamp, finished_ttl, worker_name, lease_seconds, stamp]
-        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, *queues, result]
-        reply = self._complete_and_claim(keys=layout + done, args=args + tail)
+        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, self.PARK_RECHECK, *queues]
+        reply = self._complete_and_claim(keys=layout + done, args=[*args, *tail, *ended])
         ok = bool(reply[0])
-        while len(reply) == 2:  # it deferred a batch of limited jobs: look behind them
-            reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail[:-1], ""])
+        while len(reply) == 2:  # it set a batch of limited jobs aside: look behind them
+            reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail, "", ""])
         if len(reply) == 1:
             return ok, None
         number, job_id, token_b, flat = reply[1:]
@@ -305,10 +361,12 @@ class Store:
         finished_ttl: int,
         lost: bool = False,
         cancel: bool = False,
+        scope: Scope | None = None,
     ) -> Settled:
         """Record a failed attempt: retry after ``delay`` seconds (0: at the head of the queue now),
         (``None``) start dead-lettering, or (``cancel``) end it cancelled, as it also ends whatever was
-        asked once its cancel was requested. ``lost``: the reaper already moved its lease to LOST."""
+        asked once its cancel was requested. ``lost``: the reaper already moved its lease to LOST.
+        ``scope``: the key (``limit_key``) whose slot it frees for the next parked job."""
         source = keys.LOST if lost else keys.LEASES
         where = [
             keys.wip_key(queue),
@@ -319,8 +377,11 @@ class Store:
         # A message can hold lone surrogates (an exception quoting bad input): kept, not a crash.
         values = [to_bytes(v) if isinstance(v, str) else v for v in _flat(fields)]
         call_keys = [source, *where, keys.scheduled_key(queue), keys.DYING, *keys.priority_keys(queue)]
+        if scope is not None:
+            call_keys += [keys.LEASES, *scope.places(queue)]
         mode = -2 if cancel else -1 if delay is None else delay
-        args = [token, mode, rq_timestamp(dt.datetime.now(dt.UTC)), finished_ttl, *values]
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        args = [token, mode, stamp, finished_ttl, scope.arg() if scope else "", *values]
         return Settled(self._fail(keys=call_keys, args=args))
 
     def release(self, token: str, queue: str, finished_ttl: int) -> Settled:
@@ -348,15 +409,18 @@ class Store:
     def cancel(self, job_id: str, finished_ttl: int) -> CancelResult:
         """Cancel a waiting job, or ask a running one to stop (see ``lua/cancel.lua``).
 
-        Two round trips: the job's queue (its hash's ``origin``) names the keys the script is given."""
+        Two round trips: the job's queue (its hash's ``origin``) names the keys the script is given,
+        and so does the line a job parked over its key's limit waits in (its ``dj_parked``)."""
         try:
-            origin = self.connection.hget(keys.job_key(job_id), "origin")
+            origin, parked = self.connection.hmget(keys.job_key(job_id), ["origin", "dj_parked"])
         except ResponseError:  # not a hash: no job of ours
             return CancelResult.NOT_FOUND
         if origin is None:
             return CancelResult.NOT_FOUND
         queue = text(origin)
         call_keys = keys.waiting_keys(job_id, queue)
+        if parked:
+            call_keys.append(keys.parked_line(queue, text(parked)))
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         return _CANCEL_REPLIES[int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl]))]
 
@@ -370,13 +434,15 @@ class Store:
         """Whether the job's cancel was requested (it may be running still)."""
         return bool(self.connection.hexists(keys.job_key(job_id), "dj_cancel"))
 
-    def maintain(self, queues: Sequence[str], batch: int = 500) -> tuple[int, int]:
-        """Reap expired leases into LOST and promote due scheduled jobs; returns both counts."""
+    def maintain(self, queues: Sequence[str], limits: str = "{}", batch: int = 500) -> tuple[int, int, int]:
+        """Reap expired leases into LOST, promote due scheduled jobs, and wake the jobs parked over their
+        key's limit (``limits``: ``registry.limits_json()``) in lines due to be looked at whose key has
+        room again; returns the three counts."""
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))  # RQ's meaning: when the job was put on its queue
-        lost, promoted = self._maintain(
-            keys=_maintain_keys(tuple(queues)), args=[batch, stamp, keys.JOB_PREFIX]
-        )
-        return int(lost), int(promoted)
+        layout, limit_arg = _maintain_layout(tuple(queues), limits)
+        args: list[str | float] = [batch, stamp, keys.JOB_PREFIX, limit_arg, self.PARK_RECHECK]
+        lost, promoted, woken = self._maintain(keys=layout, args=args)
+        return int(lost), int(promoted), int(woken)
 
     def lost_tokens(self, limit: int = 100) -> list[bytes]:
         """Lost attempts due to be settled, as raw bytes: whatever was planted, the scan never fails."""

@@ -23,7 +23,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
-from .. import alerts, deadletter, execution, idempotency, metrics, outbox, outcomes, stats
+from .. import alerts, deadletter, execution, idempotency, metrics, outbox, outcomes, registry, stats
 from ..backends import redis as redis_backend
 from ..conf import LEDGER, jobs_settings
 from ..connections import connection_identity, get_connection
@@ -152,6 +152,7 @@ def _job_id(raw: bytes) -> str:
 class Maintenance:
     def __init__(self, store: Store, queues: Sequence[str], interval: float) -> None:
         self.store, self.queues = store, list(queues)
+        self.limits = registry.limits_json()  # the registry is complete once Django is set up
         self.scheduler = Scheduler(store.connection)
         self.strikes = Strikes()
         self.paused: dict[str, float] = {}  # queue -> when (monotonic) the relay tries its Redis again
@@ -177,7 +178,7 @@ class Maintenance:
         stats.flush(self.store.connection)
 
     def promote_and_reap(self) -> None:
-        self.store.maintain(self.queues)
+        self.store.maintain(self.queues, self.limits)
         for token in self.store.lost_tokens():
             self._item(LOST, token, self._settle_lost)
 

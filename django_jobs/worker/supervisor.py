@@ -21,7 +21,7 @@ from django.db import connections
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, metrics, outcomes, stats, tracing
+from .. import execution, metrics, outcomes, registry, stats, tracing
 from ..conf import jobs_settings
 from ..exceptions import JobCancelled, JobTimeout, WorkerLost
 from ..logs import redis_location
@@ -252,7 +252,8 @@ class Supervisor:
                 return
             if slot.deadline is None or slot.returned:  # it succeeded; only the completion was missing
                 # the return value died with the process: the job is finished without its result
-                self.store.complete(Finished(slot.token, slot.queue), jobs_settings.FINISHED_TTL)
+                scope = registry.limit_scope(self._claimed(slot).record)  # the key whose slot it frees
+                self.store.complete(Finished(slot.token, slot.queue, scope=scope), jobs_settings.FINISHED_TTL)
                 return
             outcomes.publish(execution.settle_failure(self.store, self._claimed(slot), self._ending(slot)))
         except Exception as error:  # Redis down, or anything else: never fatal to runjobs

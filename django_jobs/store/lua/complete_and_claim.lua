@@ -1,35 +1,52 @@
 -- Finish the previous job, then claim the next one from the queues (in priority order).
--- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished; then five keys per queue (its list, scheduled
--- set, wip set, high and low priority sets);
--- then the slot keys of the limited job names; then, when a job finished, its wip set and its hash.
+-- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished; then six keys per queue (its list, scheduled
+-- set, wip set, high and low priority sets, index of parked lines);
+-- then the slot keys of the limited job names; then, when a job finished, its wip set and its hash,
+-- and if it had a limit key (limit_key): its scope's slots, its line and its queue's index of lines,
+-- then its queue's list, high and low sets and wake list (where its next parked job goes).
 -- ARGV[1] finished token or '', ARGV[2] number of queues, ARGV[3] ended_at, ARGV[4] finished ttl,
 -- ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
 -- ARGV[9] JSON {job name or alias: [concurrency, rate count, rate period, index of its slot key or 0,
--- rate counter prefix]} (slots and rate windows are keyed by the canonical name, so aliases share them),
--- ARGV[10] seconds a limited job waits, ARGV[11] the job hash prefix, ARGV[11 + n] the name of queue n,
--- and last, the finished job's return value as JSON, or '' (not kept).
--- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), and a rate
--- counter (its name holds the window, from Redis time); both built from prefixes in ARGV, on this server.
+-- rate counter prefix]} (slots and rate windows are keyed by the canonical name, so aliases share them;
+-- a name with limit_key has [concurrency, rate count, rate period, 0, rate counter prefix, slots prefix,
+-- '<canonical name>\n'] and its limits hold per scope, see fair.lua), ARGV[10] seconds a job over its
+-- type's limit waits, ARGV[11] the job hash prefix, ARGV[12] seconds until maintenance looks at a
+-- line a job was parked in, ARGV[12 + n] the name of queue n; then the finished job's scope as
+-- next_turn reads it (fair.lua) or '', and last its return value as JSON, or '' (not kept).
+-- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), a rate counter
+-- (its name holds the window, from Redis time), and a scope's slots, line and rate counters and the
+-- hash of a job woken from a line (their names hold the job's key value, known once its hash is read,
+-- or the woken id); all built from prefixes in ARGV or KEYS, on this server.
 -- The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
 -- Per queue the high set's head goes first, then the list's, then the low set's (see ready.lua).
 -- Nothing after the pop may raise unless it first puts the id back (put_back): a script error would
 -- otherwise leave the popped id nowhere.
+-- A job over its key's limit is parked (fair.lua); over its type's, deferred to the scheduled set.
 -- Returns {finished_ok, queue number, id, token, fields} (fields as they were before the claim),
--- {finished_ok, 'deferred'} after deferring a batch of limited jobs, or {finished_ok}.
+-- {finished_ok, 'deferred'} after setting a batch of limited jobs aside, or {finished_ok}.
 ${NOW}
+${READY}
+${FAIR}
 local leases, dying, vanished = KEYS[1], KEYS[2], KEYS[3]
 local finished = 0
 if ARGV[1] ~= '' then
+  local scope = ARGV[#ARGV - 1] ~= '' and cjson.decode(ARGV[#ARGV - 1])
+  local done = #KEYS - (scope and 8 or 1)  -- the finished job's wip set; its hash follows
   if redis.call('ZREM', leases, ARGV[1]) == 1 then
     finished = 1
-    redis.call('ZREM', KEYS[#KEYS - 1], ARGV[1])
-    redis.call('HSET', KEYS[#KEYS], 'status', '${FINISHED}', 'ended_at', ARGV[3])
-    if ARGV[#ARGV] ~= '' then redis.call('HSET', KEYS[#KEYS], 'dj_result', ARGV[#ARGV]) end
-    redis.call('EXPIRE', KEYS[#KEYS], ARGV[4])
+    redis.call('ZREM', KEYS[done], ARGV[1])
+    redis.call('HSET', KEYS[done + 1], 'status', '${FINISHED}', 'ended_at', ARGV[3])
+    if ARGV[#ARGV] ~= '' then redis.call('HSET', KEYS[done + 1], 'dj_result', ARGV[#ARGV]) end
+    redis.call('EXPIRE', KEYS[done + 1], ARGV[4])
+    if scope then  -- a broken key of its scope must not undo a completion: maintenance wakes instead
+      pcall(next_turn, leases, KEYS[done + 2], KEYS[done + 3], KEYS[done + 4], scope,
+            KEYS[done + 5], KEYS[done + 6], KEYS[done + 7], KEYS[done + 8], ARGV[1])
+    end
   end
 end
 local limits = cjson.decode(ARGV[9])
 local backoff = tonumber(ARGV[10])
+local recheck = tonumber(ARGV[12])
 local deferred = 0
 
 -- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
@@ -37,21 +54,22 @@ local function limit_of(name)
   return limits[name] or limits[string.match(name, '^[^(]*')]
 end
 
--- A job over its type's concurrency or rate limit waits in the scheduled set; no attempt is spent.
-local function blocked(limit)
+-- The slots of a limit: its type's (in KEYS), or its scope's (limit_key).
+local function slots_of(limit, scope)
+  return scope and limit[6] .. scope or KEYS[limit[4]]
+end
+
+-- Seconds a job over its limit waits (for its type's concurrency: the backoff; for a scope's, until
+-- maintenance looks at its line; for a rate: until the next window), or nil: it may start now, and
+-- the start is counted in its rate window. No attempt is spent either way.
+local function blocked(limit, scope)
   if not limit then return nil end
-  if limit[1] > 0 then
-    local slots = KEYS[limit[4]]
-    local live = 0
-    for _, member in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
-      if redis.call('ZSCORE', leases, member) then live = live + 1
-      else redis.call('ZREM', slots, member) end  -- its lease is gone: the slot is free again
-    end
-    if live >= limit[1] then return backoff end
+  if limit[1] > 0 and live(leases, slots_of(limit, scope)) >= limit[1] then
+    return scope and recheck or backoff
   end
   if limit[2] > 0 then
     local window = math.floor(now / limit[3])
-    local counter = limit[5] .. window
+    local counter = (scope and limit[5] .. scope .. ':' or limit[5]) .. window
     local started = redis.call('INCR', counter)
     if started == 1 then redis.call('EXPIRE', counter, math.ceil(limit[3]) + 1) end
     if started > limit[2] then return (window + 1) * limit[3] - now end
@@ -91,7 +109,7 @@ local function must(id, ...)
 end
 
 for n = 1, tonumber(ARGV[2]) do
-  local list, sched, wip, high, low = unpack(KEYS, 5 * n - 1, 5 * n + 3)
+  local list, sched, wip, high, low, index = unpack(KEYS, 6 * n - 2, 6 * n + 3)
   local id = take(list, high, low)
   while id do
     local key = ARGV[11] .. id
@@ -107,16 +125,28 @@ for n = 1, tonumber(ARGV[2]) do
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
       must(id, 'ZADD', dying, now, id)
     elseif #fields > 0 then
-      local attempt, name, workers = 0, '', nil
+      local attempt, name, workers, value, turn = 0, '', nil, nil, nil
       for i = 1, #fields, 2 do
-        if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
-        elseif fields[i] == 'description' then name = fields[i + 1]
-        elseif fields[i] == 'dj_workers' then workers = fields[i + 1] end
+        local field = fields[i]
+        if field == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
+        elseif field == 'description' then name = fields[i + 1]
+        elseif field == 'dj_workers' then workers = fields[i + 1]
+        elseif field == 'dj_limit_key' then value = fields[i + 1]
+        elseif field == 'dj_turn' then turn = tonumber(fields[i + 1]) end
       end
-      local limit = limit_of(name)
-      local checked, wait = pcall(blocked, limit)
+      local limit, scope = limit_of(name), nil
+      if limit and limit[7] then  -- its type's limits hold per key (limit_key): they are its scope's
+        scope = value and limit[7] .. value
+        if not scope then limit = nil end  -- queued before its type had a key: no limit applies
+      end
+      local checked, wait = pcall(blocked, limit, scope)
       if not checked then put_back(id, wait) end  -- a slot or rate key of the wrong type
-      if wait then
+      if wait and scope then
+        local parked, err = pcall(park, index, scope, id, key, turn, now + wait)
+        if not parked then put_back(id, err) end  -- its line or the index is of the wrong type
+        deferred = deferred + 1
+        if deferred >= 20 then return {finished, 'deferred'} end
+      elseif wait then
         must(id, 'ZADD', sched, now + wait + deferred * 0.01, id)
         redis.call('HSET', key, 'status', '${SCHEDULED}')
         deferred = deferred + 1
@@ -132,13 +162,14 @@ for n = 1, tonumber(ARGV[2]) do
                    attempt == 0 and 'dj_first_started' or 'started_at', ARGV[7])
         redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
         if limit and limit[1] > 0 then
-          redis.pcall('ZADD', KEYS[limit[4]], now, token)
+          redis.pcall('ZADD', slots_of(limit, scope), now, token)
         end
+        if turn then redis.pcall('HDEL', key, 'dj_turn') end  -- it had waited its turn: it has it
         return {finished, n, id, token, fields}
       end
     else
       -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
-      redis.pcall('ZADD', vanished, now, ARGV[11 + n] .. '\n' .. id)
+      redis.pcall('ZADD', vanished, now, ARGV[12 + n] .. '\n' .. id)
     end
     id = take(list, high, low)
   end
