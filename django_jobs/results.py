@@ -52,7 +52,7 @@ class JobState:
     due_at: dt.datetime | None = None  # when a scheduled job (a retry, a delayed job) is due
     cancel_requested_at: dt.datetime | None = None  # when a running job was asked to stop (cancel())
     limit_key: str | None = None  # the key its job type's limits count it under (@job(limit_key=...))
-    parked: bool = False  # queued, but waiting for a slot of its key (see limit_key)
+    parked: bool = False  # queued, waiting for its key's turn (see limit_key)
 
     @property
     def finished(self) -> bool:

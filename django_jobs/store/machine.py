@@ -30,6 +30,10 @@ from .record import JobRecord, Status, int_field, rq_timestamp, split_token, tex
 #: The scores of one priority in a queue's priority sets (``lua/ready.lua``): 201 bands of 2^44 stay
 #: below 2^52, so every score is an exact integer in a double.
 PRIORITY_BAND = 2**44
+#: Seconds until maintenance looks at a line of parked jobs again, in case a wake-up was missed.
+PARK_RECHECK = 1.0
+#: Seconds a job woken from its line holds its slot for itself, waiting to be claimed (``lua/fair.lua``).
+TURN_HOLD = 60.0
 
 
 def _lua(name: str, **snippets: str) -> str:
@@ -145,7 +149,7 @@ class Scope:
         """What ``next_turn`` in ``lua/fair.lua`` reads: the limits, the rate counter and job hash
         prefixes, and the member of the index."""
         prefixes = [keys.rate_prefix(self.member), keys.JOB_PREFIX, self.member]
-        return json.dumps([self.concurrency, self.rate, self.period, *prefixes])
+        return json.dumps([self.concurrency, self.rate, self.period, *prefixes, TURN_HOLD])
 
 
 @dataclass(frozen=True)
@@ -252,8 +256,6 @@ class Store:
 
     WAKE_CAP = 64
     UNIQUE_TTL = 7 * 24 * 3600
-    #: Seconds until maintenance looks at a line of parked jobs again, in case a wake-up was missed.
-    PARK_RECHECK = 1.0
 
     def __init__(self, connection: Redis) -> None:
         self.connection = connection
@@ -331,7 +333,7 @@ class Store:
             done = [keys.wip_key(finished.queue), keys.job_key(split_token(token)), *_scope_keys(finished)]
             ended = [finished.scope.arg() if finished.scope else "", finished.result or ""]
         args: list[str | float] = [token, len(queues), stamp, finished_ttl, worker_name, lease_seconds, stamp]
-        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, self.PARK_RECHECK, *queues]
+        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, PARK_RECHECK, *queues]
         reply = self._complete_and_claim(keys=layout + done, args=[*args, *tail, *ended])
         ok = bool(reply[0])
         while len(reply) == 2:  # it set a batch of limited jobs aside: look behind them
@@ -410,7 +412,8 @@ class Store:
         """Cancel a waiting job, or ask a running one to stop (see ``lua/cancel.lua``).
 
         Two round trips: the job's queue (its hash's ``origin``) names the keys the script is given,
-        and so does the line a job parked over its key's limit waits in (its ``dj_parked``)."""
+        and so does the scope of a job waiting its key's turn (``dj_parked``): its line, and the slots
+        where a woken one holds its slot."""
         try:
             origin, parked = self.connection.hmget(keys.job_key(job_id), ["origin", "dj_parked"])
         except ResponseError:  # not a hash: no job of ours
@@ -420,7 +423,7 @@ class Store:
         queue = text(origin)
         call_keys = keys.waiting_keys(job_id, queue)
         if parked:
-            call_keys.append(keys.parked_line(queue, text(parked)))
+            call_keys += [keys.parked_line(queue, text(parked)), keys.slots_key(text(parked))]
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         return _CANCEL_REPLIES[int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl]))]
 
@@ -440,7 +443,7 @@ class Store:
         room again; returns the three counts."""
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))  # RQ's meaning: when the job was put on its queue
         layout, limit_arg = _maintain_layout(tuple(queues), limits)
-        args: list[str | float] = [batch, stamp, keys.JOB_PREFIX, limit_arg, self.PARK_RECHECK]
+        args: list[str | float] = [batch, stamp, keys.JOB_PREFIX, limit_arg, PARK_RECHECK, TURN_HOLD]
         lost, promoted, woken = self._maintain(keys=layout, args=args)
         return int(lost), int(promoted), int(woken)
 
@@ -504,11 +507,13 @@ class Store:
         return {to_text(k): v for k, v in raw.items()}
 
     def next_due(self, queues: Sequence[str]) -> float | None:
-        """Seconds (in Redis time) until the first scheduled job of these queues is due; None if none."""
+        """Seconds (in Redis time) until the first scheduled job of these queues is due, or a line of
+        jobs parked over their key's limit is looked at next; None if none."""
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.time()
             for queue in queues:
                 pipe.zrange(keys.scheduled_key(queue), 0, 0, withscores=True)
+                pipe.zrange(keys.parked_index(queue), 0, 0, withscores=True)
             (now_s, now_us), *firsts = pipe.execute()
         dues = [float(first[0][1]) for first in firsts if first]
         return min(dues) - (now_s + now_us / 1e6) if dues else None

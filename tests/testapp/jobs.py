@@ -463,6 +463,8 @@ def per_account(account: str, key: str, seconds: float = 0.0, fail: bool = False
     SideEffect.objects.create(key=f"{account}|{key}|{started}|{time.time()}")
 
 
-@job(name="tests.per_account_rated", timeout=10, retry=FAST, rate="2/m", limit_key=lambda account, key: account)
+@job(
+    name="tests.per_account_rated", timeout=10, retry=FAST, rate="2/m", limit_key=lambda account, key: account
+)
 def per_account_rated(account: str, key: str) -> None:
     SideEffect.objects.create(key=f"{account}|{key}")

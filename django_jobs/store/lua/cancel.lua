@@ -1,8 +1,9 @@
 -- Cancel a job that has not started, or ask a running one to stop.
 -- KEYS[1] the job hash, then every place a waiting job of its queue (its hash's origin, which never
 -- changes) can be: KEYS[2] its scheduled set (retries, delayed and limit-deferred jobs), KEYS[3..]
--- where a ready job waits (its list, ...) and, for a job parked over its key's limit, its line
--- (see fair.lua; an emptied line leaves its queue's index at maintenance's next look). ARGV[1] the job id, ARGV[2] now as RQ's timestamp,
+-- where a ready job waits (its list, ...) and, for a job waiting its key's turn, its line and its
+-- scope's slots, where a woken one holds a slot (see fair.lua; an emptied line leaves its queue's
+-- index at maintenance's next look). ARGV[1] the job id, ARGV[2] now as RQ's timestamp,
 -- ARGV[3] seconds a cancelled job's hash lives (like a finished one's).
 -- A waiting job leaves every place a worker could find it, in this one step, so it never runs; its
 -- unique key is free again (a marker holds only while its job waits or runs). A running job gets

@@ -21,7 +21,8 @@
 -- Per queue the high set's head goes first, then the list's, then the low set's (see ready.lua).
 -- Nothing after the pop may raise unless it first puts the id back (put_back): a script error would
 -- otherwise leave the popped id nowhere.
--- A job over its key's limit is parked (fair.lua); over its type's, deferred to the scheduled set.
+-- A job over its key's limit, or behind the jobs parked for its key, is parked (fair.lua); a job over
+-- its type's limit is deferred to the scheduled set.
 -- Returns {finished_ok, queue number, id, token, fields} (fields as they were before the claim),
 -- {finished_ok, 'deferred'} after setting a batch of limited jobs aside, or {finished_ok}.
 ${NOW}
@@ -39,8 +40,8 @@ if ARGV[1] ~= '' then
     if ARGV[#ARGV] ~= '' then redis.call('HSET', KEYS[done + 1], 'dj_result', ARGV[#ARGV]) end
     redis.call('EXPIRE', KEYS[done + 1], ARGV[4])
     if scope then  -- a broken key of its scope must not undo a completion: maintenance wakes instead
-      pcall(next_turn, leases, KEYS[done + 2], KEYS[done + 3], KEYS[done + 4], scope,
-            KEYS[done + 5], KEYS[done + 6], KEYS[done + 7], KEYS[done + 8], ARGV[1])
+      local q = {KEYS[done + 5], KEYS[done + 6], KEYS[done + 7], KEYS[done + 8]}
+      pcall(next_turn, leases, KEYS[done + 2], KEYS[done + 3], KEYS[done + 4], scope, q, ARGV[1])
     end
   end
 end
@@ -61,9 +62,12 @@ end
 
 -- Seconds a job over its limit waits (for its type's concurrency: the backoff; for a scope's, until
 -- maintenance looks at its line; for a rate: until the next window), or nil: it may start now, and
--- the start is counted in its rate window. No attempt is spent either way.
-local function blocked(limit, scope)
+-- the start is counted in its rate window. No attempt is spent either way. A job of a scope: a new one
+-- waits behind the scope's parked jobs; a woken one (it has its turn) gives up the slot it held first.
+local function blocked(limit, scope, id, turn, index)
   if not limit then return nil end
+  if scope and turn then redis.call('ZREM', slots_of(limit, scope), id)
+  elseif scope and redis.call('EXISTS', index .. '\n' .. scope) == 1 then return recheck end
   if limit[1] > 0 and live(leases, slots_of(limit, scope)) >= limit[1] then
     return scope and recheck or backoff
   end
@@ -139,8 +143,8 @@ for n = 1, tonumber(ARGV[2]) do
         scope = value and limit[7] .. value
         if not scope then limit = nil end  -- queued before its type had a key: no limit applies
       end
-      local checked, wait = pcall(blocked, limit, scope)
-      if not checked then put_back(id, wait) end  -- a slot or rate key of the wrong type
+      local checked, wait = pcall(blocked, limit, scope, id, turn, index)
+      if not checked then put_back(id, wait) end  -- a slot, rate or line key of the wrong type
       if wait and scope then
         local parked, err = pcall(park, index, scope, id, key, turn, now + wait)
         if not parked then put_back(id, err) end  -- its line or the index is of the wrong type
@@ -164,7 +168,7 @@ for n = 1, tonumber(ARGV[2]) do
         if limit and limit[1] > 0 then
           redis.pcall('ZADD', slots_of(limit, scope), now, token)
         end
-        if turn then redis.pcall('HDEL', key, 'dj_turn') end  -- it had waited its turn: it has it
+        if turn then redis.pcall('HDEL', key, 'dj_parked', 'dj_turn') end  -- its turn came
         return {finished, n, id, token, fields}
       end
     else

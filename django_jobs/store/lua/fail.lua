@@ -23,7 +23,8 @@ local scope = ARGV[5] ~= '' and cjson.decode(ARGV[5])
 
 local function freed()
   if scope then  -- a broken key of its scope must not undo the settling: maintenance wakes instead
-    pcall(next_turn, KEYS[10], KEYS[11], KEYS[12], KEYS[13], scope, KEYS[4], KEYS[8], KEYS[9], KEYS[5], ARGV[1])
+    local q = {KEYS[4], KEYS[8], KEYS[9], KEYS[5]}
+    pcall(next_turn, KEYS[10], KEYS[11], KEYS[12], KEYS[13], scope, q, ARGV[1])
   end
 end
 

@@ -1,19 +1,25 @@
 -- Limits per key (a job type's limit_key): a scope is '<canonical name>\n<key value>'. A job over its
 -- scope's limit is parked in the scope's line of its queue, the sorted set '<index>\n<scope>' (index:
--- the queue's djjobs:parked:<queue>) scored by the job's turn: first parked, first out. It keeps its
--- turn on its hash (dj_turn) until it starts, so a job woken and then parked again goes back to its
--- place, not to the end. The index lists the scopes whose line holds jobs, scored by when maintenance
--- looks at the line next. The end of an attempt frees its slot and wakes the next parked job
--- (next_turn); maintenance wakes what a wake-up missed. Goes after the NOW and READY snippets.
--- Keys built here: a scope's line (the index key, '\n', the scope) and slots and rate counter (from
--- the prefixes its caller passes), and the hash of a woken job (from the job hash prefix).
+-- the queue's djjobs:parked:<queue>) scored by the job's turn, and a new job of a scope whose line
+-- holds jobs goes behind them: first come, first served, per key. A parked job's hash says where it
+-- waits (dj_parked: its scope; dj_turn: its turn) until it starts. The index lists the scopes whose
+-- line holds jobs, scored by when maintenance looks at the line next.
+-- The end of an attempt frees its slot and wakes the next parked job (next_turn): back to the end of
+-- its priority on its queue, holding the slot for itself (a reservation: its bare id in the scope's
+-- slots, scored by when the hold lapses) until it is claimed, so no newcomer takes it. A woken job
+-- that still finds no room goes back to its own turn. Maintenance wakes what a wake-up missed.
+-- Goes after the NOW and READY snippets. Keys its callers may build: a scope's line (the index key,
+-- '\n', the scope), slots and rate counter (from the prefixes in the limits), and a woken job's hash.
 
--- How many slots of a scope's live leases hold; the slots whose lease is gone are freed.
+-- How many slots of a scope are held: by a live lease (a token '<id>:<nonce>'), or by a woken job
+-- whose hold has not lapsed (its bare id). The others are freed.
 local function live(leases, slots)
-  local n = 0
-  for _, member in ipairs(redis.call('ZRANGE', slots, 0, -1)) do
-    if redis.call('ZSCORE', leases, member) then n = n + 1
-    else redis.call('ZREM', slots, member) end
+  local n, held = 0, redis.call('ZRANGE', slots, 0, -1, 'WITHSCORES')
+  for i = 1, #held, 2 do
+    local alive
+    if string.find(held[i], ':', 1, true) then alive = redis.call('ZSCORE', leases, held[i])
+    else alive = tonumber(held[i + 1]) > now end
+    if alive then n = n + 1 else redis.call('ZREM', slots, held[i]) end
   end
   return n
 end
@@ -45,22 +51,22 @@ local function park(index, scope, id, key, turn, due)
   if not at or tonumber(at) > due then redis.call('ZADD', index, due, scope) end
 end
 
--- Move up to n jobs from the head of a scope's line to the end of their priority on the queue (list,
--- high, low), with a wake token each; the scope leaves the index once its line is empty.
--- prefix: the job hash prefix. Returns how many moved.
-local function unpark(index, line, scope, n, list, high, low, wake, prefix)
+-- Move up to n jobs from the head of a scope's line (of the queue whose index is given) to the end of
+-- their priority on that queue (q: its list, high and low sets and wake list), a wake token each;
+-- each holds a slot of the scope (slots, when known) for 'hold' seconds. The scope leaves the index
+-- once its line is empty. prefix: the job hash prefix. Returns how many moved.
+local function unpark(index, line, scope, n, slots, hold, q, prefix)
   local moved = 0
   while moved < n do
     local top = redis.call('ZPOPMIN', line)
     if not top[1] then break end
-    local key = prefix .. top[1]
-    redis.pcall('HDEL', key, 'dj_parked')  -- not a hash: the claim sets it aside like any such id
-    ready(list, high, low, top[1], priority_in(key), false)
+    if slots then redis.call('ZADD', slots, now + hold, top[1]) end
+    ready(q[1], q[2], q[3], top[1], priority_in(prefix .. top[1]), false)
     moved = moved + 1
   end
   if moved > 0 then
-    for _ = 1, math.min(moved, 64) do redis.call('RPUSH', wake, 1) end
-    redis.call('LTRIM', wake, 0, 63)
+    for _ = 1, math.min(moved, 64) do redis.call('RPUSH', q[4], 1) end
+    redis.call('LTRIM', q[4], 0, 63)
   end
   if redis.call('ZCARD', line) == 0 then redis.call('ZREM', index, scope) end
   return moved
@@ -68,10 +74,10 @@ end
 
 -- The attempt holding the slot 'token' of a scope ended: free the slot, and if the scope has room,
 -- wake the next job parked in its line. s: {concurrency, rate count, rate period, rate counter
--- prefix, job hash prefix, scope}.
-local function next_turn(leases, slots, line, index, s, list, high, low, wake, token)
+-- prefix, job hash prefix, scope, seconds a woken job holds its slot}; q as for unpark.
+local function next_turn(leases, slots, line, index, s, q, token)
   redis.call('ZREM', slots, token)
   if redis.call('EXISTS', line) == 1 and room(leases, slots, s) > 0 then
-    unpark(index, line, s[6], 1, list, high, low, wake, s[5])
+    unpark(index, line, s[6], 1, slots, s[7], q, s[5])
   end
 end

@@ -6,7 +6,8 @@
 -- where its dj_priority says).
 -- ARGV[1]: batch size, ARGV[2]: enqueued_at of promoted jobs, ARGV[3]: the job hash prefix,
 -- ARGV[4]: JSON {'<canonical name>\n': the claim's limits entry} of the job types with limit_key,
--- ARGV[5]: seconds until a line that still holds jobs is looked at again.
+-- ARGV[5]: seconds until a line that still holds jobs is looked at again, ARGV[6]: seconds a woken
+-- job holds its slot.
 -- Exceptions to "every key in KEYS": the hash of a due id, known only once read from the scheduled
 -- set, and a due scope's line, slots and rate counter and the hashes of the jobs woken from it, known
 -- once read from the index (see fair.lua); built from the prefixes in ARGV and KEYS, on this same server.
@@ -26,15 +27,16 @@ end
 -- Wake the jobs of one due scope's line its key has room for, and say when to look again. A scope
 -- whose type has no limit_key here (its limit was removed, or this runjobs runs other code) has no
 -- limit: its jobs are all woken, a batch per pass.
-local function look(index, scope, list, high, low, wake)
+local function look(index, scope, q)
   local limit = keyed[string.match(scope, '^(.*\n)') or '']
-  local n, later = batch, now + recheck
+  local n, later, slots = batch, now + recheck, nil
   if limit then
-    local s = {limit[1], limit[2], limit[3], limit[5] .. scope .. ':'}
-    n = math.min(n, room(KEYS[1], limit[6] .. scope, s))
+    slots = limit[6] .. scope
+    n = math.min(n, room(KEYS[1], slots, {limit[1], limit[2], limit[3], limit[5] .. scope .. ':'}))
     if limit[2] > 0 then later = math.min(later, (math.floor(now / limit[3]) + 1) * limit[3]) end
   end
-  local woken = unpark(index, index .. '\n' .. scope, scope, math.max(n, 0), list, high, low, wake, ARGV[3])
+  local line = index .. '\n' .. scope
+  local woken = unpark(index, line, scope, math.max(n, 0), slots, tonumber(ARGV[6]), q, ARGV[3])
   redis.call('ZADD', index, 'XX', later, scope)  -- unless its line emptied and left the index
   return woken
 end
@@ -66,7 +68,7 @@ for n = 1, (#KEYS - 4) / 6 do
   end
   local lines = redis.pcall('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, batch)
   for _, scope in ipairs(lines.err and {} or lines) do  -- an index of the wrong type: moved aside
-    local ok, count = pcall(look, index, scope, list, high, low, wake)
+    local ok, count = pcall(look, index, scope, {list, high, low, wake})
     if ok then woken = woken + count
     else redis.pcall('ZADD', index, now + recheck, scope) end  -- a broken key of its own: not again at once
   end
