@@ -223,7 +223,7 @@ def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]
     Worked out once per worker (the arguments do not change between claims), so a claim costs
     nothing more than it did when the script built the names itself.
     """
-    layout = [keys.LEASES, keys.DYING, keys.VANISHED]
+    layout = [keys.LEASES, keys.DYING, keys.VANISHED, keys.LOST]
     for queue in queues:
         layout += [keys.queue_key(queue), keys.scheduled_key(queue), keys.wip_key(queue)]
         layout += [*keys.priority_keys(queue), keys.parked_index(queue)]
@@ -380,15 +380,16 @@ class Store:
         values = [to_bytes(v) if isinstance(v, str) else v for v in _flat(fields)]
         call_keys = [source, *where, keys.scheduled_key(queue), keys.DYING, *keys.priority_keys(queue)]
         if scope is not None:
-            call_keys += [keys.LEASES, *scope.places(queue)]
+            call_keys += [keys.LEASES, keys.LOST, *scope.places(queue)]
         mode = -2 if cancel else -1 if delay is None else delay
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         args = [token, mode, stamp, finished_ttl, scope.arg() if scope else "", *values]
         return Settled(self._fail(keys=call_keys, args=args))
 
-    def release(self, token: str, queue: str, finished_ttl: int) -> Settled:
+    def release(self, token: str, queue: str, finished_ttl: int, scope: Scope | None = None) -> Settled:
         """Put a running job back at the head of its queue (of its priority) without spending an
-        attempt; a job whose cancel was requested is cancelled instead."""
+        attempt, keeping its key's slot (``scope``: its ``limit_key``'s); a job whose cancel was
+        requested is cancelled instead."""
         call_keys = [
             keys.LEASES,
             keys.wip_key(queue),
@@ -397,8 +398,11 @@ class Store:
             keys.wake_key(queue),
             *keys.priority_keys(queue),
         ]
+        if scope is not None:
+            call_keys += [keys.LOST, *scope.places(queue)]
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
-        return Settled(self._release(keys=call_keys, args=[token, stamp, finished_ttl]))
+        args: list[str | int] = [token, stamp, finished_ttl, scope.arg() if scope else ""]
+        return Settled(self._release(keys=call_keys, args=args))
 
     def heartbeat(self, tokens: Sequence[str], lease_seconds: float) -> Beat:
         """Extend these leases; returns the tokens that no longer hold one, and those asked to stop."""

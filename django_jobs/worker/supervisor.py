@@ -242,18 +242,8 @@ class Supervisor:
         assert slot.token is not None
         assert slot.queue is not None
         try:
-            if slot.handed_back:
-                if (
-                    self.store.release(slot.token, slot.queue, jobs_settings.FINISHED_TTL)
-                    is Settled.CANCELLED
-                ):
-                    stopped = JobCancelled("The job was cancelled while runjobs was stopping.")
-                    outcomes.publish(execution.cancelled(self.store, self._claimed(slot), stopped))
-                return
-            if slot.deadline is None or slot.returned:  # it succeeded; only the completion was missing
-                # the return value died with the process: the job is finished without its result
-                scope = registry.limit_scope(self._claimed(slot).record)  # the key whose slot it frees
-                self.store.complete(Finished(slot.token, slot.queue, scope=scope), jobs_settings.FINISHED_TTL)
+            if slot.handed_back or slot.deadline is None or slot.returned:
+                self._hand_back_or_complete(slot)
                 return
             outcomes.publish(execution.settle_failure(self.store, self._claimed(slot), self._ending(slot)))
         except Exception as error:  # Redis down, or anything else: never fatal to runjobs
@@ -264,6 +254,19 @@ class Supervisor:
                 error,
                 exc_info=not isinstance(error, RedisError),
             )
+
+    def _hand_back_or_complete(self, slot: Slot) -> None:
+        """A child stopped at shutdown: its job goes back to its queue (or ends cancelled, if asked to).
+        A child that died after its job returned: the job is finished, without its result (that died
+        with the process). Either way its key's slot (``limit_key``) is kept or passed on."""
+        assert slot.token is not None
+        assert slot.queue is not None
+        scope, ttl = registry.limit_scope(self._claimed(slot).record), jobs_settings.FINISHED_TTL
+        if not slot.handed_back:
+            self.store.complete(Finished(slot.token, slot.queue, scope=scope), ttl)
+        elif self.store.release(slot.token, slot.queue, ttl, scope) is Settled.CANCELLED:
+            stopped = JobCancelled("The job was cancelled while runjobs was stopping.")
+            outcomes.publish(execution.cancelled(self.store, self._claimed(slot), stopped))
 
     def _claimed(self, slot: Slot) -> Claimed:
         """The attempt a dead child held, with its job's record as Redis holds it now."""

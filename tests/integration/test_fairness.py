@@ -23,10 +23,10 @@ from django_jobs import (
     registry,
     store,
 )
-from django_jobs.exceptions import LimitKeyError
+from django_jobs.exceptions import LimitKeyError, WorkerLost
 from django_jobs.execution import settle_failure
 from django_jobs.models import DeadLetter, OutboxEntry
-from django_jobs.store import LEASES, Claimed, Finished, Store
+from django_jobs.store import LEASES, Claimed, Finished, Settled, Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
@@ -143,6 +143,39 @@ def test_a_woken_job_that_finds_no_room_goes_back_to_its_own_turn(redis_db, monk
     assert claim(store_, "5") is None
     assert line(redis_db) == [a[1], *later]  # ... at its own turn, before the newer job
     assert redis_db.hget(f"rq:job:{a[1]}", "dj_turn") == turn
+
+
+def look_now(redis_db: redis.Redis, store_: Store) -> int:
+    """Make A's line due and run a maintenance pass; how many parked jobs it woke."""
+    redis_db.zadd(INDEX, {"tests.per_account\nA": 0})
+    return store_.maintain(["default"], registry.limits_json())[2]
+
+
+def test_a_job_whose_worker_was_lost_keeps_its_keys_slot_and_turn(redis_db):
+    a = enqueue("A", "a0", "a1")
+    store_ = Store(redis_db)
+    first = claim(store_, "1")
+    assert first is not None and claim(store_, "2") is None
+    redis_db.zadd(LEASES, {first.token: 0})  # its lease expired: the reaper takes the attempt back...
+    assert store_.maintain(["default"], registry.limits_json())[0] == 1
+    assert look_now(redis_db, store_) == 0  # ...and it holds A's slot until it is settled:
+    settle_failure(store_, first, WorkerLost("gone"), lost=True)  # back to the head of the queue
+    assert look_now(redis_db, store_) == 0  # holding A's slot for itself
+    rerun = claim(store_, "3")
+    assert rerun is not None and rerun.id == a[0]
+    assert line(redis_db) == [a[1]]
+
+
+def test_a_job_handed_back_at_shutdown_keeps_its_keys_slot_and_turn(redis_db):
+    a = enqueue("A", "a0", "a1")
+    store_ = Store(redis_db)
+    first = claim(store_, "1")
+    assert first is not None and claim(store_, "2") is None
+    assert store_.release(first.token, "default", 60, registry.limit_scope(first.record)) is Settled.DONE
+    assert look_now(redis_db, store_) == 0
+    rerun = claim(store_, "3")
+    assert rerun is not None and rerun.id == a[0]
+    assert line(redis_db) == [a[1]]
 
 
 def test_maintenance_wakes_a_line_whose_wake_up_was_missed(redis_db):

@@ -1,6 +1,6 @@
 -- Finish the previous job, then claim the next one from the queues (in priority order).
--- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished; then six keys per queue (its list, scheduled
--- set, wip set, high and low priority sets, index of parked lines);
+-- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished, KEYS[4] lost; then six keys per queue (its list,
+-- scheduled set, wip set, high and low priority sets, index of parked lines);
 -- then the slot keys of the limited job names; then, when a job finished, its wip set and its hash,
 -- and if it had a limit key (limit_key): its scope's slots, its line and its queue's index of lines,
 -- then its queue's list, high and low sets and wake list (where its next parked job goes).
@@ -28,7 +28,7 @@
 ${NOW}
 ${READY}
 ${FAIR}
-local leases, dying, vanished = KEYS[1], KEYS[2], KEYS[3]
+local leases, dying, vanished, lost = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local finished = 0
 if ARGV[1] ~= '' then
   local scope = ARGV[#ARGV - 1] ~= '' and cjson.decode(ARGV[#ARGV - 1])
@@ -41,7 +41,7 @@ if ARGV[1] ~= '' then
     redis.call('EXPIRE', KEYS[done + 1], ARGV[4])
     if scope then  -- a broken key of its scope must not undo a completion: maintenance wakes instead
       local q = {KEYS[done + 5], KEYS[done + 6], KEYS[done + 7], KEYS[done + 8]}
-      pcall(next_turn, leases, KEYS[done + 2], KEYS[done + 3], KEYS[done + 4], scope, q, ARGV[1])
+      pcall(next_turn, leases, lost, KEYS[done + 2], KEYS[done + 3], KEYS[done + 4], scope, q, ARGV[1])
     end
   end
 end
@@ -63,12 +63,13 @@ end
 -- Seconds a job over its limit waits (for its type's concurrency: the backoff; for a scope's, until
 -- maintenance looks at its line; for a rate: until the next window), or nil: it may start now, and
 -- the start is counted in its rate window. No attempt is spent either way. A job of a scope: a new one
--- waits behind the scope's parked jobs; a woken one (it has its turn) gives up the slot it held first.
+-- waits behind the scope's parked jobs; a woken one (it has its turn) gives up the slot it held first;
+-- an attempt whose lease expired holds its slot until it is settled (a type's: only while its lease lives).
 local function blocked(limit, scope, id, turn, index)
   if not limit then return nil end
   if scope and turn then redis.call('ZREM', slots_of(limit, scope), id)
   elseif scope and redis.call('EXISTS', index .. '\n' .. scope) == 1 then return recheck end
-  if limit[1] > 0 and live(leases, slots_of(limit, scope)) >= limit[1] then
+  if limit[1] > 0 and live(leases, scope and lost, slots_of(limit, scope)) >= limit[1] then
     return scope and recheck or backoff
   end
   if limit[2] > 0 then
@@ -113,7 +114,7 @@ local function must(id, ...)
 end
 
 for n = 1, tonumber(ARGV[2]) do
-  local list, sched, wip, high, low, index = unpack(KEYS, 6 * n - 2, 6 * n + 3)
+  local list, sched, wip, high, low, index = unpack(KEYS, 6 * n - 1, 6 * n + 4)
   local id = take(list, high, low)
   while id do
     local key = ARGV[11] .. id

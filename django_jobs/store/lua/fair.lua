@@ -7,18 +7,24 @@
 -- The end of an attempt frees its slot and wakes the next parked job (next_turn): back to the end of
 -- its priority on its queue, holding the slot for itself (a reservation: its bare id in the scope's
 -- slots, scored by when the hold lapses) until it is claimed, so no newcomer takes it. A woken job
--- that still finds no room goes back to its own turn. Maintenance wakes what a wake-up missed.
+-- that still finds no room goes back to its own turn. A job that goes back to the head of its queue
+-- (its worker died, or runjobs handed it back) keeps its slot the same way, and the front of its line
+-- (keep_turn). Maintenance wakes what a wake-up missed.
 -- Goes after the NOW and READY snippets. Keys its callers may build: a scope's line (the index key,
 -- '\n', the scope), slots and rate counter (from the prefixes in the limits), and a woken job's hash.
 
--- How many slots of a scope are held: by a live lease (a token '<id>:<nonce>'), or by a woken job
--- whose hold has not lapsed (its bare id). The others are freed.
-local function live(leases, slots)
+-- How many slots are held: by a live lease (a token '<id>:<nonce>'), or by an attempt whose lease
+-- expired but which is not settled yet (in lost, when given), or by a woken job whose hold has not
+-- lapsed (its bare id). The others are freed.
+local function live(leases, lost, slots)
   local n, held = 0, redis.call('ZRANGE', slots, 0, -1, 'WITHSCORES')
   for i = 1, #held, 2 do
     local alive
-    if string.find(held[i], ':', 1, true) then alive = redis.call('ZSCORE', leases, held[i])
-    else alive = tonumber(held[i + 1]) > now end
+    if string.find(held[i], ':', 1, true) then
+      alive = redis.call('ZSCORE', leases, held[i]) or (lost and redis.call('ZSCORE', lost, held[i]))
+    else
+      alive = tonumber(held[i + 1]) > now
+    end
     if alive then n = n + 1 else redis.call('ZREM', slots, held[i]) end
   end
   return n
@@ -26,8 +32,8 @@ end
 
 -- How many more jobs of a scope may start now. s: {concurrency, rate count, rate period, the prefix of
 -- the scope's rate counters}; 0 means no such limit.
-local function room(leases, slots, s)
-  local free = s[1] > 0 and s[1] - live(leases, slots) or math.huge
+local function room(leases, lost, slots, s)
+  local free = s[1] > 0 and s[1] - live(leases, lost, slots) or math.huge
   if s[2] > 0 then
     local started = tonumber(redis.call('GET', s[4] .. math.floor(now / s[3]))) or 0
     free = math.min(free, s[2] - started)
@@ -75,9 +81,18 @@ end
 -- The attempt holding the slot 'token' of a scope ended: free the slot, and if the scope has room,
 -- wake the next job parked in its line. s: {concurrency, rate count, rate period, rate counter
 -- prefix, job hash prefix, scope, seconds a woken job holds its slot}; q as for unpark.
-local function next_turn(leases, slots, line, index, s, q, token)
+local function next_turn(leases, lost, slots, line, index, s, q, token)
   redis.call('ZREM', slots, token)
-  if redis.call('EXISTS', line) == 1 and room(leases, slots, s) > 0 then
+  if redis.call('EXISTS', line) == 1 and room(leases, lost, slots, s) > 0 then
     unpark(index, line, s[6], 1, slots, s[7], q, s[5])
   end
+end
+
+-- The attempt holding the slot 'token' of a scope went back to the head of its queue (job id, hash
+-- key): it holds the slot as a woken job does, and should it find no room all the same, it is parked
+-- at the front of its line (turn 0). s as for next_turn.
+local function keep_turn(slots, s, id, key, token)
+  redis.call('ZREM', slots, token)
+  redis.call('ZADD', slots, now + s[7], id)
+  redis.call('HSET', key, 'dj_parked', s[6], 'dj_turn', 0)
 end

@@ -32,7 +32,7 @@ local function look(index, scope, q)
   local n, later, slots = batch, now + recheck, nil
   if limit then
     slots = limit[6] .. scope
-    n = math.min(n, room(KEYS[1], slots, {limit[1], limit[2], limit[3], limit[5] .. scope .. ':'}))
+    n = math.min(n, room(KEYS[1], KEYS[2], slots, {limit[1], limit[2], limit[3], limit[5] .. scope .. ':'}))
     if limit[2] > 0 then later = math.min(later, (math.floor(now / limit[3]) + 1) * limit[3]) end
   end
   local line = index .. '\n' .. scope
