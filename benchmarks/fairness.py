@@ -1,8 +1,9 @@
 """``benchmarks/run --fairness plain,deferred,keyed``: one tenant's backlog queued ahead of nine others'.
 
 One tenant has ``--fair-big`` jobs (10,000) queued first, then nine tenants ``--fair-small`` jobs (100)
-each, and ``runjobs --burst --concurrency 2`` drains them all. Every job sleeps ``--fair-job-ms``. The
-modes differ only in how the jobs are limited:
+each, and ``runjobs --burst --concurrency 2`` drains them all. Every job sleeps ``--fair-job-ms`` and
+appends when it started and ended (its own clock) to a file. The modes differ only in how the jobs are
+limited:
 
 * ``plain``: no limit, the queue's FIFO order (``bench.tenant_plain``);
 * ``deferred``: one job at a time per tenant without ``limit_key``: a job type per tenant, each with
@@ -19,14 +20,12 @@ jobs of one tenant that ran at once.
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
-
-from django_jobs.store import job_key
 
 from .benchapp.jobs import tenant_keyed, tenant_plain, tenant_types
 from .infra import BenchError, manage, read_counters, redis_cpu_seconds, reset_counters, stop
@@ -49,11 +48,12 @@ def _definition(mode: str, tenant: int) -> Any:
     return {"plain": tenant_plain, "keyed": tenant_keyed}.get(mode) or tenant_types[tenant]
 
 
-def enqueue(mode: str, shape: Shape) -> dict[str, list[str]]:
+def enqueue(mode: str, shape: Shape, path: Path) -> dict[str, list[str]]:
     """The big tenant's jobs first, then each small tenant's; returns each tenant's ids in order."""
     ids: dict[str, list[str]] = {}
     for index, tenant in enumerate(TENANTS):
-        calls = [(tenant, n, shape.job_ms) for n in range(shape.big if index == 0 else shape.small)]
+        count = shape.big if index == 0 else shape.small
+        calls = [(tenant, n, shape.job_ms, str(path)) for n in range(count)]
         handles = [
             h for start in range(0, len(calls), 5000)
             for h in _definition(mode, index).enqueue_many(calls[start : start + 5000])
@@ -62,17 +62,15 @@ def enqueue(mode: str, shape: Shape) -> dict[str, list[str]]:
     return ids
 
 
-def _stamps(bench: Any, ids: Sequence[str]) -> list[tuple[float, float, int]]:
-    """(start, end, position in ``ids``) of each job that finished, from its hash, first started first."""
-    with bench.client.pipeline(transaction=False) as pipe:
-        for job_id in ids:
-            pipe.hmget(job_key(job_id), ["status", "started_at", "ended_at"])
-        found = pipe.execute()
-    return sorted((_time(a), _time(b), n) for n, (status, a, b) in enumerate(found) if status == b"finished")
-
-
-def _time(stamp: bytes) -> float:
-    return dt.datetime.fromisoformat(stamp.decode()).timestamp()
+def _ran(path: Path) -> dict[str, list[tuple[float, float, int]]]:
+    """(start, end, position in its tenant's enqueue order) of every job that ran, as each job wrote
+    them (the job's own clock: hash timestamps are taken before the claim reaches Redis), by tenant,
+    first started first."""
+    ran: dict[str, list[tuple[float, float, int]]] = {tenant: [] for tenant in TENANTS}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        tenant, n, start, end = line.split()
+        ran[tenant].append((float(start), float(end), int(n)))
+    return {tenant: sorted(runs) for tenant, runs in ran.items()}
 
 
 def _at_once(intervals: Sequence[tuple[float, float, int]]) -> int:
@@ -97,17 +95,21 @@ def run_mode(bench: Any, mode: str, shape: Shape) -> dict[str, Any]:
     """One drain of the whole backlog in ``mode`` (or as much as ``shape.cap`` allows); its figures.
     A ``*_done_s`` figure is None when that part of the backlog was not done by the cap."""
     bench._flush()
-    ids = enqueue(mode, shape)
+    path = bench.workdir / f"fairness-{mode}.log"
+    path.unlink(missing_ok=True)
+    ids = enqueue(mode, shape, path)
     reset_counters(bench.client)
     cpu = redis_cpu_seconds(bench.client)
     finished = _drain(bench, shape.cap)
     cpu = redis_cpu_seconds(bench.client) - cpu
     commands = read_counters(bench.client).commands
-    stamps = {tenant: _stamps(bench, ids[tenant]) for tenant in TENANTS}
-    first = min(start for runs in stamps.values() for start, _, _ in runs)
-    done = sum(len(runs) for runs in stamps.values())
-    small_done = all(len(stamps[t]) == len(ids[t]) for t in TENANTS[1:])
-    big, small_end = stamps["big"], max(end for t in TENANTS[1:] for _, end, _ in stamps[t])
+    ran = _ran(path)
+    done = sum(len(runs) for runs in ran.values())
+    if finished and done != sum(len(i) for i in ids.values()):
+        raise BenchError(f"runjobs exited with {done} of {sum(len(i) for i in ids.values())} jobs run")
+    first = min(start for runs in ran.values() for start, _, _ in runs)
+    small_done = all(len(ran[t]) == len(ids[t]) for t in TENANTS[1:])
+    big, small_end = ran["big"], max(end for t in TENANTS[1:] for _, end, _ in ran[t])
     return {
         "small_done_s": small_end - first if small_done else None,
         "big_done_s": max(end for _, end, _ in big) - first if finished else None,
@@ -116,7 +118,7 @@ def run_mode(bench: Any, mode: str, shape: Shape) -> dict[str, Any]:
         "commands_per_job": commands / done,
         "redis_cpu_us_per_job": cpu / done * 1e6,
         "big_out_of_order": sum(1 for (_, _, a), (_, _, b) in itertools.pairwise(big) if b < a),
-        "most_at_once": max(_at_once(runs) for runs in stamps.values()),
+        "most_at_once": max(_at_once(runs) for runs in ran.values()),
     }
 
 

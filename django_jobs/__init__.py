@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 from .cancellation import cancel, cancel_requested
 from .context import JobContext
 from .context import current as current_job
-from .exceptions import JobCancelled, JobDoesNotExist, JobsError, PayloadError, PermanentError, ResultError
+from .exceptions import (
+    JobCancelled,
+    JobDoesNotExist,
+    JobsError,
+    LimitKeyError,
+    PayloadError,
+    PermanentError,
+    ResultError,
+)
 from .idempotency import claim, claim_key, idempotent
 from .policy import RetryPolicy
 from .registry import job
@@ -28,6 +36,7 @@ __all__ = [
     "JobHandle",
     "JobState",
     "JobsError",
+    "LimitKeyError",
     "Page",
     "PayloadError",
     "PermanentError",

@@ -288,8 +288,10 @@ def limit_scope(record: JobRecord) -> Scope | None:
     """The key whose limits an attempt of ``record``'s job counts under (see ``limit_key``), or None:
     a plain job, one queued before its type had ``limit_key``, or one this process does not know."""
     value = record.fields.get("dj_limit_key")
+    if not value:  # a plain job: nothing more to look up
+        return None
     definition = _registry.get(record.name)
-    if not value or definition is None or definition.limit_key is None:
+    if definition is None or definition.limit_key is None:
         return None
     count, period = definition.rate or (0, 1.0)
     return Scope(definition.name, value.decode(errors="replace"), definition.concurrency or 0, count, period)

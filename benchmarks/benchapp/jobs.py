@@ -47,10 +47,17 @@ def probe(n: int, path: str) -> None:
 # --- fairness (benchmarks/fairness.py): one tenant's backlog ahead of nine others' jobs ----------
 
 
-def _tenant_work(tenant: str, n: int, ms: float) -> None:
-    """A tenant's job: ``ms`` milliseconds of waiting on something else (an API, a database)."""
+def _tenant_work(tenant: str, n: int, ms: float, path: str) -> None:
+    """A tenant's job: ``ms`` milliseconds of waiting on something else (an API, a database). Appends
+    ``<tenant> <n> <start> <end>`` to ``path`` (one O_APPEND write), so the benchmark sees when it ran."""
+    started = time.time()
     if ms:
         time.sleep(ms / 1000)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{tenant} {n} {started:.6f} {time.time():.6f}\n".encode())
+    finally:
+        os.close(fd)
 
 
 #: No limit: the queue's plain FIFO order.

@@ -20,6 +20,7 @@ from django_jobs import (
     get_job,
     inspect,
     job,
+    overview,
     registry,
     store,
 )
@@ -29,10 +30,11 @@ from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import LEASES, Claimed, Finished, Settled, Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
+from tests.integration.test_inspect import gauges
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
 
 INDEX = "djjobs:parked:default"
 
@@ -75,6 +77,18 @@ def test_a_job_over_its_keys_limit_is_parked_in_order_while_other_keys_run(redis
     assert not get_job(b[0]).parked
     (state,) = inspect.read(redis_db, ["default"], dt.datetime.now(dt.UTC)).queues
     assert (state.depth, state.parked, state.parked_is_estimate) == (0, 3, False)
+    assert gauges()[("django_jobs_parked_jobs", frozenset({("queue", "default")}))] == 3
+    assert next(q for q in overview.snapshot().queues if q.name == "default").parked == 3
+
+
+def test_past_the_lines_it_counts_the_parked_count_is_a_lower_bound(redis_db, monkeypatch):
+    monkeypatch.setattr(inspect, "PARKED_SAMPLE", 1)
+    for account in ("A", "B"):
+        enqueue(account, "first", "second", "third")
+    store_ = Store(redis_db)
+    assert claim(store_, "1") is not None and claim(store_, "2") is not None and claim(store_, "3") is None
+    (state,) = inspect.read(redis_db, ["default"], dt.datetime.now(dt.UTC)).queues
+    assert (state.parked, state.parked_is_estimate) == (2, True)  # one line of two counted
 
 
 def test_jobs_of_one_key_run_one_at_a_time_in_the_order_they_were_enqueued(redis_db):
