@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .benchapp.jobs import tenant_keyed, tenant_plain, tenant_types
+from .benchapp.tenants import tenant_keyed, tenant_plain, tenant_types
 from .infra import BenchError, manage, read_counters, redis_cpu_seconds, reset_counters, stop
 
 MODES = ("plain", "deferred", "keyed")

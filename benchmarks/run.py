@@ -284,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.lease_seconds:
             env["BENCH_LEASE_SECONDS"] = str(args.lease_seconds)
+        if args.fairness:
+            env["BENCH_FAIRNESS"] = "1"
         if args.postgres:
             ensure_postgres_database(os.environ.get("BENCH_PG_NAME", "django_jobs_bench"))
         os.environ.update(env)

@@ -147,7 +147,7 @@ class Scope:
 
     def arg(self) -> str:
         """What ``next_turn`` in ``lua/fair.lua`` reads: the limits, the rate counter and job hash
-        prefixes, and the member of the index."""
+        prefixes, the member of the index, and how long a job it wakes holds the slot."""
         prefixes = [keys.rate_prefix(self.member), keys.JOB_PREFIX, self.member]
         return json.dumps([self.concurrency, self.rate, self.period, *prefixes, TURN_HOLD])
 
@@ -201,7 +201,7 @@ def _limit_arg(limits: str, layout: list[str]) -> str:
     """The limits argument of the claim and maintenance scripts: ``limits_json()`` with, per name, the
     index in KEYS of its type's slots (appended to ``layout`` once per canonical name; 0 without a
     concurrency limit) and its rate counters' prefix; a name with ``limit_key`` gets 0, the prefixes of
-    rate counters and slots, and its scope's prefix ``<canonical name>\n`` instead (``lua/fair.lua``)."""
+    rate counters and slots, and its scope's prefix ``<canonical name>\\n`` instead (``lua/fair.lua``)."""
     slots: dict[str, int] = {}
     given: dict[str, list[Any]] = json.loads(limits)
     for limit in given.values():
@@ -233,13 +233,14 @@ def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]
 @functools.lru_cache(maxsize=64)
 def _maintain_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]:
     """The maintenance script's KEYS, and its limits: those of the names with ``limit_key``, as the
-    claim's entries hold them, by their scope's prefix (``<canonical name>\n``)."""
+    claim's entries hold them, by their scope's prefix (``<canonical name>\\n``)."""
     layout = [keys.LEASES, keys.LOST, keys.DYING, keys.QUEUES_SET]
     for queue in queues:
         layout += [keys.scheduled_key(queue), keys.queue_key(queue), keys.wake_key(queue)]
         layout += [*keys.priority_keys(queue), keys.parked_index(queue)]
     entries = json.loads(_limit_arg(limits, []))  # a type's slots are the claim's business only
-    return layout, json.dumps({limit[6]: limit for limit in entries.values() if len(limit) > 5})
+    keyed = [limit for limit in entries.values() if len(limit) == 7]  # see _limit_arg
+    return layout, json.dumps({limit[6]: limit for limit in keyed})
 
 
 def _scope_keys(finished: Finished) -> list[str]:
