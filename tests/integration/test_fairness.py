@@ -10,6 +10,7 @@ import datetime as dt
 import pytest
 import redis
 from django.db import transaction
+from django.urls import reverse
 
 from django_jobs import (
     CancelResult,
@@ -30,6 +31,7 @@ from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import LEASES, Claimed, Finished, Settled, Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
+from tests.integration.dashboard_support import operator
 from tests.integration.test_inspect import gauges
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -79,6 +81,17 @@ def test_a_job_over_its_keys_limit_is_parked_in_order_while_other_keys_run(redis
     assert (state.depth, state.parked, state.parked_is_estimate) == (0, 3, False)
     assert gauges()[("django_jobs_parked_jobs", frozenset({("queue", "default")}))] == 3
     assert next(q for q in overview.snapshot().queues if q.name == "default").parked == 3
+
+
+def test_the_job_page_says_a_job_waits_for_its_keys_turn_and_shows_its_key_with_the_payload(client, redis_db):
+    a = enqueue("tenant-7", "a0", "a1")
+    assert claim(Store(redis_db), "1") is not None and claim(Store(redis_db), "2") is None
+    url = reverse("admin:django_jobs_deadletter_job", args=[a[1]])
+    operator(client, "view_deadletter")
+    html = client.get(url).content.decode()
+    assert "parked: waiting for its key's turn" in html and "tenant-7" not in html  # the key is the payload's
+    operator(client, "view_deadletter", "view_deadletter_payload", username="payload-op")
+    assert "<th>limit key</th><td>tenant-7</td>" in client.get(url).content.decode()
 
 
 def test_past_the_lines_it_counts_the_parked_count_is_a_lower_bound(redis_db, monkeypatch):

@@ -26,8 +26,18 @@
 -- Returns {finished_ok, queue number, id, token, fields} (fields as they were before the claim),
 -- {finished_ok, 'deferred'} after setting a batch of limited jobs aside, or {finished_ok}.
 ${NOW}
+-- The functions of limits per key (fair.lua, and ready.lua's they use), made only once a claim or a
+-- completion needs them, so that a plain job's claim does not pay for making them.
+local made
+local function fair()
+  if not made then
 ${READY}
 ${FAIR}
+    made = {live = live, park = park, next_turn = next_turn}
+  end
+  return made
+end
+
 local leases, dying, vanished, lost = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local finished = 0
 if ARGV[1] ~= '' then
@@ -41,7 +51,7 @@ if ARGV[1] ~= '' then
     redis.call('EXPIRE', KEYS[done + 1], ARGV[4])
     if scope then  -- a broken key of its scope must not undo a completion: maintenance wakes instead
       local q = {KEYS[done + 5], KEYS[done + 6], KEYS[done + 7], KEYS[done + 8]}
-      pcall(next_turn, leases, lost, KEYS[done + 2], KEYS[done + 3], KEYS[done + 4], scope, q, ARGV[1])
+      pcall(fair().next_turn, leases, lost, KEYS[done + 2], KEYS[done + 3], KEYS[done + 4], scope, q, ARGV[1])
     end
   end
 end
@@ -69,7 +79,7 @@ local function blocked(limit, scope, id, turn, index)
   if not limit then return nil end
   if scope and turn then redis.call('ZREM', slots_of(limit, scope), id)
   elseif scope and redis.call('EXISTS', index .. '\n' .. scope) == 1 then return recheck end
-  if limit[1] > 0 and live(leases, scope and lost, slots_of(limit, scope)) >= limit[1] then
+  if limit[1] > 0 and fair().live(leases, scope and lost, slots_of(limit, scope)) >= limit[1] then
     return scope and recheck or backoff
   end
   if limit[2] > 0 then
@@ -147,7 +157,7 @@ for n = 1, tonumber(ARGV[2]) do
       local checked, wait = pcall(blocked, limit, scope, id, turn, index)
       if not checked then put_back(id, wait) end  -- a slot, rate or line key of the wrong type
       if wait and scope then
-        local parked, err = pcall(park, index, scope, id, key, turn, now + wait)
+        local parked, err = pcall(fair().park, index, scope, id, key, turn, now + wait)
         if not parked then put_back(id, err) end  -- its line or the index is of the wrong type
         deferred = deferred + 1
         if deferred >= 20 then return {finished, 'deferred'} end
