@@ -33,7 +33,7 @@ local function fair()
   if not made then
 ${READY}
 ${FAIR}
-    made = {live = live, park = park, next_turn = next_turn}
+    made = {live = live, park = park, next_turn = next_turn, key_of = key_of}
   end
   return made
 end
@@ -57,17 +57,11 @@ if ARGV[1] ~= '' then
 end
 local limits = cjson.decode(ARGV[9])
 local backoff = tonumber(ARGV[10])
-local recheck = tonumber(ARGV[12])
 local deferred = 0
 
 -- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
 local function limit_of(name)
   return limits[name] or limits[string.match(name, '^[^(]*')]
-end
-
--- The slots of a limit: its type's (in KEYS), or its scope's (limit_key).
-local function slots_of(limit, scope)
-  return scope and limit[6] .. scope or KEYS[limit[4]]
 end
 
 -- Seconds a job over its limit waits (for its type's concurrency: the backoff; for a scope's, until
@@ -77,9 +71,10 @@ end
 -- an attempt whose lease expired holds its slot until it is settled (a type's: only while its lease lives).
 local function blocked(limit, scope, id, turn, index)
   if not limit then return nil end
-  if scope and turn then redis.call('ZREM', slots_of(limit, scope), id)
+  local slots, recheck = scope and limit[6] .. scope or KEYS[limit[4]], tonumber(ARGV[12])
+  if scope and turn then redis.call('ZREM', slots, id)
   elseif scope and redis.call('EXISTS', index .. '\n' .. scope) == 1 then return recheck end
-  if limit[1] > 0 and fair().live(leases, scope and lost, slots_of(limit, scope)) >= limit[1] then
+  if limit[1] > 0 and fair().live(leases, scope and lost, slots) >= limit[1] then
     return scope and recheck or backoff
   end
   if limit[2] > 0 then
@@ -140,19 +135,17 @@ for n = 1, tonumber(ARGV[2]) do
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
       must(id, 'ZADD', dying, now, id)
     elseif #fields > 0 then
-      local attempt, name, workers, value, turn = 0, '', nil, nil, nil
+      local attempt, name, workers = 0, '', nil
       for i = 1, #fields, 2 do
-        local field = fields[i]
-        if field == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
-        elseif field == 'description' then name = fields[i + 1]
-        elseif field == 'dj_workers' then workers = fields[i + 1]
-        elseif field == 'dj_limit_key' then value = fields[i + 1]
-        elseif field == 'dj_turn' then turn = tonumber(fields[i + 1]) end
+        if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
+        elseif fields[i] == 'description' then name = fields[i + 1]
+        elseif fields[i] == 'dj_workers' then workers = fields[i + 1] end
       end
-      local limit, scope = limit_of(name), nil
+      local limit, scope, turn = limit_of(name), nil, nil
       if limit and limit[7] then  -- its type's limits hold per key (limit_key): they are its scope's
-        scope = value and limit[7] .. value
+        scope, turn = fair().key_of(fields)
         if not scope then limit = nil end  -- queued before its type had a key: no limit applies
+        scope = scope and limit[7] .. scope
       end
       local checked, wait = pcall(blocked, limit, scope, id, turn, index)
       if not checked then put_back(id, wait) end  -- a slot, rate or line key of the wrong type
@@ -177,7 +170,7 @@ for n = 1, tonumber(ARGV[2]) do
                    attempt == 0 and 'dj_first_started' or 'started_at', ARGV[7])
         redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
         if limit and limit[1] > 0 then
-          redis.pcall('ZADD', slots_of(limit, scope), now, token)
+          redis.pcall('ZADD', scope and limit[6] .. scope or KEYS[limit[4]], now, token)
         end
         if turn then redis.pcall('HDEL', key, 'dj_parked', 'dj_turn') end  -- its turn came
         return {finished, n, id, token, fields}

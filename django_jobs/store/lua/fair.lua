@@ -13,6 +13,17 @@
 -- Goes after the NOW and READY snippets. Keys its callers may build: a scope's line (the index key,
 -- '\n', the scope), slots and rate counter (from the prefixes in the limits), and a woken job's hash.
 
+-- A job hash's key value (dj_limit_key) and turn (dj_turn), from its HGETALL reply: read only for a
+-- job whose type has limit_key, so that a plain job's claim does not look for them.
+local function key_of(fields)
+  local value, turn
+  for i = 1, #fields, 2 do
+    if fields[i] == 'dj_limit_key' then value = fields[i + 1]
+    elseif fields[i] == 'dj_turn' then turn = tonumber(fields[i + 1]) end
+  end
+  return value, turn
+end
+
 -- How many slots are held: by a live lease (a token '<id>:<nonce>'), or by an attempt whose lease
 -- expired but which is not settled yet (in lost, when given), or by a woken job whose hold has not
 -- lapsed (its bare id). The others are freed.
@@ -59,14 +70,16 @@ end
 
 -- Move up to n jobs from the head of a scope's line (of the queue whose index is given) to the end of
 -- their priority on that queue (q: its list, high and low sets and wake list), a wake token each;
--- each holds a slot of the scope (slots, when known) for 'hold' seconds. The scope leaves the index
--- once its line is empty. prefix: the job hash prefix. Returns how many moved.
+-- each holds a slot of the scope for 'hold' seconds, or, when its limits are not known (no slots),
+-- is let go for good, forgetting its turn. The scope leaves the index once its line is empty.
+-- prefix: the job hash prefix. Returns how many moved.
 local function unpark(index, line, scope, n, slots, hold, q, prefix)
   local moved = 0
   while moved < n do
     local top = redis.call('ZPOPMIN', line)
     if not top[1] then break end
-    if slots then redis.call('ZADD', slots, now + hold, top[1]) end
+    if slots then redis.call('ZADD', slots, now + hold, top[1])
+    else redis.pcall('HDEL', prefix .. top[1], 'dj_parked', 'dj_turn') end
     ready(q[1], q[2], q[3], top[1], priority_in(prefix .. top[1]), false)
     moved = moved + 1
   end
