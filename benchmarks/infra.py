@@ -233,6 +233,9 @@ class RedisCount:
     def __sub__(self, other: RedisCount) -> RedisCount:
         return RedisCount(self.commands - other.commands, self.reads - other.reads)
 
+    def __add__(self, other: RedisCount) -> RedisCount:
+        return RedisCount(self.commands + other.commands, self.reads + other.reads)
+
 
 def reset_counters(client: Redis) -> None:
     client.config_resetstat()

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .infra import REPO, BenchError, PrivateRedis, Runner, ensure_postgres_database, free_port
+from .setups import SETUPS
 
 if TYPE_CHECKING:
     from .scenarios import Sizes
 
-SECTIONS = ("throughput", "commands", "enqueue", "latency", "memory")
+SECTIONS = ("throughput", "commands", "enqueue", "latency", "memory", "setups")
 QUICK = {
     "jobs": 200,
     "repeat": 1,
@@ -64,9 +65,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "simpleworker, runjobs_c2_write, runjobs_c2_result, runjobs_c2_task)",
     )
     parser.add_argument(
-        "--durability",
-        help="comma-separated levels (fast, replicated, ledger): instead of the sections, measure "
-        "runjobs c=2 throughput and enqueue cost at each level, side by side",
+        "--setups",
+        default="fast,two-servers,replicated,ledger",
+        help="comma-separated setups of the setups section (fast, two-servers, replicated, ledger): "
+        "throughput, enqueue cost and latency in each, side by side with fast on one server",
     )
     parser.add_argument(
         "--fairness",
@@ -83,6 +85,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(args.only.split(",")) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    unknown = set(args.setups.split(",")) - set(SETUPS)
+    if unknown:
+        parser.error(f"unknown setup(s): {', '.join(sorted(unknown))}")
     return args
 
 
@@ -139,6 +144,7 @@ def _x(a: float, b: float) -> str:
 def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
     """The results as Markdown: a header line, then one table of measure | result."""
     from .scenarios import WORKERS_BY_KEY
+    from .setups import render as render_setups
 
     rows: list[tuple[str, str]] = []
 
@@ -247,6 +253,7 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
         )
     for reason in results.get("failed", []):
         add("FAILED", reason.replace("|", "/"))
+    setups = "" if "setups" not in results else "\n\n" + render_setups(results["setups"], sizes)
     header = (
         f"django_jobs {env['revision']} on {env['cpu']}, {env['cpus']} CPUs; "
         f"Python {env['python']}, Django {env['django']}, rq {env['rq']}, django-rq {env['django_rq']}, "
@@ -260,7 +267,7 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
     width = max((len(r[0]) for r in rows), default=7)
     lines = [header, "", f"| {'measure':<{width}} | result |", f"|{'-' * (width + 2)}|--------|"]
     lines += [f"| {a:<{width}} | {b} |" for a, b in rows]
-    return "\n".join(lines)
+    return "\n".join(lines) + setups
 
 
 # --- main ----------------------------------------------------------------------------------------
@@ -298,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
 
         call_command("migrate", verbosity=0)
         from .scenarios import Bench
+        from .setups import compare
 
         sizes = sizes_from(args)
         db = (
@@ -331,16 +339,18 @@ def main(argv: list[str] | None = None) -> int:
             bench.enqueue_transaction()
             bench.enqueue_single()
 
+        def setups() -> None:
+            bench.results["setups"] = compare(bench, env, args.setups.split(","), log)
+
         steps: dict[str, Callable[[], None]] = {
             "throughput": lambda: bench.throughput(workers),
             "commands": lambda: bench.commands(["runjobs_c1", "runjobs_c2", "simpleworker"]),
             "enqueue": enqueue,
             "latency": bench.latency,
             "memory": bench.memory,
+            "setups": setups,
         }
         failed = bench.failures  # single runs that failed land here too
-        if args.durability:
-            return by_level(bench, env, args.durability.split(","), redis, workdir)
         if args.fairness:
             return by_mode(bench, args)
         for section in sections:
@@ -363,23 +373,6 @@ def main(argv: list[str] | None = None) -> int:
             log(f"Kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-
-
-def by_level(bench: Any, env: dict[str, str], levels: list[str], redis: PrivateRedis, workdir: Path) -> int:
-    """``--durability``: the throughput and enqueue measures at each level, one table."""
-    from . import durability
-
-    unknown = set(levels) - set(durability.LEVELS)
-    if unknown:
-        raise SystemExit(f"unknown level(s): {', '.join(sorted(unknown))}")
-    replica = durability.replica_of(redis, workdir) if "replicated" in levels else None
-    try:
-        out = durability.compare(bench, env, levels, log)
-    finally:
-        if replica is not None:
-            replica.stop()
-    print(durability.render(out, bench.sizes))
-    return 1 if bench.failures else 0
 
 
 def by_mode(bench: Any, args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from django_jobs import get_job
+from django_jobs.enqueue import Options, enqueue_calls
 from django_jobs.models import DeadLetter, IdempotencyKey, OutboxEntry
 from django_jobs.store import LEASES, job_key, queue_key
 
@@ -162,15 +163,37 @@ class Bench:
     log: Callable[[str], None]
     results: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    #: Each queue the django_jobs no-ops are spread over, with its Redis (``setups``: two servers).
+    servers: dict[str, PrivateRedis] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.servers = self.servers or {QUEUE: self.redis}
 
     @property
     def client(self) -> Redis:
         return self.redis.client
 
+    @property
+    def queues(self) -> list[str]:
+        return list(self.servers)
+
+    def _clients(self) -> list[Redis]:
+        """Each Redis the queues live on, once."""
+        return list({id(s): s.client for s in self.servers.values()}.values())
+
     # --- helpers ---------------------------------------------------------------------------------
 
     def _flush(self) -> None:
-        self.client.flushdb()
+        for client in self._clients():
+            client.flushdb()
+
+    def _noops(self) -> list[Any]:
+        """What enqueues ``bench.noop``: to each queue in turn (the job itself with one queue)."""
+        return [noop] if len(self.servers) == 1 else [noop.options(queue=q) for q in self.queues]
+
+    def _argv(self, worker: Worker) -> list[str]:
+        """The worker's command; a runjobs serves every queue."""
+        return [*worker.argv, *([] if worker.rq else self.queues[1:])]
 
     @functools.cached_property
     def _rq_queue(self) -> Queue:
@@ -192,14 +215,30 @@ class Bench:
             elif worker.job == "result":
                 ids += [h.id for h in noop_result.enqueue_many([(i,) for i in batch])]
             else:
-                ids += [h.id for h in noop.enqueue_many([(i,) for i in batch])]
+                for k, queue in enumerate(self.queues):  # in turn, as the enqueue measures do
+                    calls = [((i,), {}) for i in batch if i % len(self.queues) == k]
+                    ids += [h.id for h in enqueue_calls(noop, calls, options=Options(queue=queue))]
         if check:
             self._expect_queued(n)
         return ids
 
+    def _fields(self, ids: Sequence[str], *names: str) -> list[list[bytes | None]]:
+        """``names`` of each job hash, from whichever Redis holds it."""
+        found: list[list[bytes | None]] = [[None] * len(names) for _ in ids]
+        for client in self._clients():
+            with client.pipeline(transaction=False) as pipe:
+                for job_id in ids:
+                    pipe.hmget(job_key(job_id), list(names))
+                for row, values in zip(found, pipe.execute(), strict=True):
+                    row[:] = [a if a is not None else b for a, b in zip(row, values, strict=True)]
+        return found
+
+    def _queued(self) -> int:
+        return sum(self.servers[q].client.llen(queue_key(q)) for q in self.queues)
+
     def _verify(self, worker: Worker, ids: Sequence[str]) -> None:
         """Every job ran to success exactly as it should have."""
-        if self.client.llen(queue_key(QUEUE)):
+        if self._queued():
             raise BenchError(f"{worker.key}: jobs left in the queue")
         if worker.rq:
             finished = self.client.zcard(f"rq:finished:{QUEUE}")
@@ -207,11 +246,7 @@ class Bench:
             if finished != len(ids) or failed:
                 raise BenchError(f"{worker.key}: {finished} finished, {failed} failed of {len(ids)}")
             return
-        with self.client.pipeline(transaction=False) as pipe:
-            for job_id in ids:
-                pipe.hget(job_key(job_id), "status")
-            statuses = pipe.execute()
-        done = sum(s == b"finished" for s in statuses)
+        done = sum(status == b"finished" for (status,) in self._fields(ids, "status"))
         if done != len(ids) or DeadLetter.objects.exists():
             raise BenchError(f"{worker.key}: {done} of {len(ids)} jobs finished")
         if worker.write and Write.objects.count() != len(ids):
@@ -243,29 +278,27 @@ class Bench:
     def _span(self, ids: Sequence[str]) -> float:
         """Seconds from the first job's start to the last job's end, as the workers recorded them
         in the job hashes (``started_at`` / ``ended_at``, which RQ and django_jobs both write)."""
-        with self.client.pipeline(transaction=False) as pipe:
-            for job_id in ids:
-                pipe.hmget(job_key(job_id), ["started_at", "ended_at"])
-            stamps = pipe.execute()
-        starts = [dt.datetime.fromisoformat(a.decode()) for a, _ in stamps]
-        ends = [dt.datetime.fromisoformat(b.decode()) for _, b in stamps]
+        stamps = self._fields(ids, "started_at", "ended_at")
+        starts = [dt.datetime.fromisoformat(a.decode()) for a, _ in stamps if a is not None]
+        ends = [dt.datetime.fromisoformat(b.decode()) for _, b in stamps if b is not None]
         return (max(ends) - min(starts)).total_seconds()
 
-    def _drain(self, worker: Worker, n: int, tag: str) -> tuple[float, float, float]:
-        """One run: (first start -> last end, wall time, wall time of the empty-queue run)."""
+    def _drain(self, worker: Worker, n: int, tag: str, wall: bool) -> tuple[float, float, float]:
+        """One run: (first start -> last end, wall time, wall time of the empty-queue run, or 0 if
+        not ``wall``)."""
         self._flush()
         self._clean_db()
         ids = self._enqueue(worker, n, tag)
-        full = self.runner.timed(worker.argv, self._timeout(n))
+        full = self.runner.timed(self._argv(worker), self._timeout(n))
         self._verify(worker, ids)
         span = self._span(ids)
         self._flush()
-        empty = self.runner.timed(worker.argv, 120)
+        empty = self.runner.timed(self._argv(worker), 120) if wall else 0.0
         return span, full, empty
 
-    def throughput(self, keys: Sequence[str]) -> None:
+    def throughput(self, keys: Sequence[str], wall: bool = True) -> None:
         """Drain N pre-enqueued jobs with each worker, two ways: N / (first start -> last end), and
-        N / (wall time of the run - wall time of the same command on an empty queue)."""
+        (``wall``) N / (wall time of the run - wall time of the same command on an empty queue)."""
         n = self.sizes.jobs
         spans: dict[str, list[float]] = {k: [] for k in keys}
         walls: dict[str, list[float]] = {k: [] for k in keys}
@@ -273,13 +306,13 @@ class Bench:
             for key in keys:
                 worker = WORKERS_BY_KEY[key]
                 try:
-                    span, full, empty = self._drain(worker, n, f"r{rep}")
+                    span, full, empty = self._drain(worker, n, f"r{rep}", wall)
                 except BenchError as exc:  # keep the other runs; the failure is reported
                     self.log(f"  {key:16} rep {rep + 1}: FAILED: {exc}")
                     self.failures.append(f"throughput {key} run {rep + 1}: {exc}")
                     continue
                 spans[key].append(n / span)
-                if full > empty:  # else start-up noise exceeded the work: no figure from this run
+                if wall and full > empty:  # else start-up noise exceeded the work: no figure from this run
                     walls[key].append(n / (full - empty))
                 self.log(
                     f"  {key:16} rep {rep + 1}: first start to last end {span:.2f} s: {n / span:.0f} jobs/s; "
@@ -325,69 +358,68 @@ class Bench:
         for key, worker_key in batches.items():
             worker = WORKERS_BY_KEY[worker_key]
             self._flush()
-            reset_counters(self.client)
-            base = read_counters(self.client)
-            reset_counters(self.client)
+            base = self._start_count()
             self._enqueue(worker, n, "e", check=False)
-            delta = read_counters(self.client) - base
+            delta = self._count_since(base)
             self._expect_queued(n)
             out[key] = {"commands": delta.commands / n, "round_trips": delta.reads / n}
         self.results["commands"] = out
 
     # --- 4. enqueue ------------------------------------------------------------------------------
 
-    def enqueue_transaction(self) -> None:
-        """M enqueues inside one transaction.atomic(), timed until committed and in Redis."""
+    def _enqueuer(self, lib: str) -> Callable[[int], object]:
+        """One enqueue of a no-op with ``lib``: django_jobs (to each queue in turn), django-rq's
+        ``on_db_commit`` queue, or a bare RQ queue."""
+        if lib == "django_jobs":
+            targets = self._noops()
+            return lambda i: targets[i % len(targets)].enqueue(i)
+        queue = (
+            django_rq.get_queue(QUEUE, commit_mode="on_db_commit") if lib == "django_rq" else self._rq_queue
+        )
+        return lambda i: queue.enqueue(rq_noop, i)
+
+    def enqueue_transaction(self, rq: bool = True) -> None:
+        """M enqueues inside one transaction.atomic(), timed until committed and in Redis; with
+        django-rq's ``on_db_commit`` beside django_jobs unless not ``rq``."""
         m = self.sizes.enqueue_tx
-        times: dict[str, list[float]] = {"django_jobs": [], "django_rq": []}
-        rq_queue = django_rq.get_queue(QUEUE, commit_mode="on_db_commit")
+        libs = ("django_jobs", "django_rq") if rq else ("django_jobs",)
+        times: dict[str, list[float]] = {lib: [] for lib in libs}
         self._warm_up()
         for _ in range(self.sizes.repeat):
-            self._flush()
-            self._clean_db()
-            started = time.perf_counter()
-            with transaction.atomic():
-                for i in range(m):
-                    noop.enqueue(i)
-            times["django_jobs"].append(time.perf_counter() - started)
-            self._expect_queued(m)
-            self._flush()
-            started = time.perf_counter()
-            with transaction.atomic():
-                for i in range(m):
-                    rq_queue.enqueue(rq_noop, i)
-            times["django_rq"].append(time.perf_counter() - started)
-            self._expect_queued(m)
-            dj, rq = times["django_jobs"][-1], times["django_rq"][-1]
-            self.log(f"  transaction of {m}: django_jobs {dj:.2f} s, django-rq {rq:.2f} s")
+            for lib in libs:
+                self._flush()
+                self._clean_db()
+                enqueue = self._enqueuer(lib)
+                started = time.perf_counter()
+                with transaction.atomic():
+                    for i in range(m):
+                        enqueue(i)
+                times[lib].append(time.perf_counter() - started)
+                self._expect_queued(m)
+            self.log(f"  transaction of {m}: " + ", ".join(f"{lib} {times[lib][-1]:.2f} s" for lib in libs))
         self._clean_db()
         self.results["enqueue_tx"] = {k: statistics.median(v) for k, v in times.items()}
 
-    def enqueue_single(self) -> None:
-        """M enqueues one by one outside any transaction: django_jobs vs bare rq.Queue.enqueue."""
+    def enqueue_single(self, rq: bool = True) -> None:
+        """M enqueues one by one outside any transaction: django_jobs vs bare rq.Queue.enqueue
+        (unless not ``rq``)."""
         m = self.sizes.enqueue_single
-        times: dict[str, list[float]] = {"django_jobs": [], "rq": []}
+        libs = ("django_jobs", "rq") if rq else ("django_jobs",)
+        times: dict[str, list[float]] = {lib: [] for lib in libs}
         counts: dict[str, RedisCount] = {}
-        rq_queue = self._rq_queue
         self._warm_up()
         for _ in range(self.sizes.repeat):
-            for lib in ("django_jobs", "rq"):
+            for lib in libs:
                 self._flush()
-                reset_counters(self.client)
-                base = read_counters(self.client)
-                reset_counters(self.client)
+                base = self._start_count()
+                enqueue = self._enqueuer(lib)
                 started = time.perf_counter()
-                if lib == "django_jobs":
-                    for i in range(m):
-                        noop.enqueue(i)
-                else:
-                    for i in range(m):
-                        rq_queue.enqueue(rq_noop, i)
+                for i in range(m):
+                    enqueue(i)
                 times[lib].append(time.perf_counter() - started)
-                counts[lib] = read_counters(self.client) - base
+                counts[lib] = self._count_since(base)
                 self._expect_queued(m)
-            dj, rq = times["django_jobs"][-1], times["rq"][-1]
-            self.log(f"  {m} single enqueues: django_jobs {dj:.3f} s, rq {rq:.3f} s")
+            self.log(f"  {m} single enqueues: " + ", ".join(f"{lib} {times[lib][-1]:.3f} s" for lib in libs))
         self.results["enqueue_single"] = {k: statistics.median(v) for k, v in times.items()}
         self.results["enqueue_single_redis"] = {
             k: {"commands": c.commands / m, "round_trips": c.reads / m} for k, c in counts.items()
@@ -397,41 +429,46 @@ class Bench:
         """Load scripts, open connections and import code paths before anything is timed."""
         self._flush()
         for i in range(10):
-            noop.enqueue(i)
+            for target in self._noops():
+                target.enqueue(i)
             self._rq_queue.enqueue(rq_noop, i)
         with transaction.atomic():
-            noop.enqueue(0)
+            for target in self._noops():
+                target.enqueue(0)
             django_rq.get_queue(QUEUE, commit_mode="on_db_commit").enqueue(rq_noop, 0)
         self._flush()
         self._clean_db()
 
+    def _start_count(self) -> RedisCount:
+        """Reset the counters of every Redis; returns what reading them costs, to subtract later."""
+        base = RedisCount(0, 0)
+        for client in self._clients():
+            reset_counters(client)
+            base += read_counters(client)
+            reset_counters(client)
+        return base
+
+    def _count_since(self, base: RedisCount) -> RedisCount:
+        """Commands and round trips on every Redis since :meth:`_start_count` returned ``base``."""
+        return sum((read_counters(client) for client in self._clients()), RedisCount(0, 0)) - base
+
     def _expect_queued(self, m: int) -> None:
-        queued = self.client.llen(queue_key(QUEUE))
+        queued = self._queued()
         if queued != m:
             raise BenchError(f"expected {m} jobs in Redis, found {queued}")
 
     # --- 5. latency ------------------------------------------------------------------------------
 
-    def latency(self) -> None:
-        """Enqueue-to-start with idle runjobs (c=2), and due-to-start of enqueue_in() jobs."""
+    def latency(self, due: bool = True) -> None:
+        """Enqueue-to-start with idle runjobs (c=2), probes to each queue in turn, and (``due``)
+        due-to-start of enqueue_in() jobs."""
         path = self.workdir / "probes.log"
         path.unlink(missing_ok=True)
         process = self._start_runjobs(2)
         try:
-            sent: dict[int, float] = {}
-            tick = time.perf_counter()
-            for i in range(self.sizes.probes):
-                tick += PROBE_INTERVAL
-                time.sleep(max(tick - time.perf_counter(), 0))
-                sent[i] = time.time()
-                probe.enqueue(i, str(path))
-            due: dict[int, float] = {}
-            for i in range(self.sizes.due_probes):
-                j = 1_000_000 + i
-                due[j] = time.time() + DUE_DELAY
-                probe.enqueue_in(DUE_DELAY, j, str(path))
-                time.sleep(0.137)  # not a multiple of the maintenance interval: sample every phase of it
-            total = len(sent) + len(due)
+            sent = self._probes(path)
+            due_at = self._due_probes(path) if due else {}
+            total = len(sent) + len(due_at)
             wait_until(
                 lambda: alive(process) and path.exists() and len(path.read_text().splitlines()) >= total,
                 60,
@@ -441,18 +478,43 @@ class Bench:
             stop(process)
         started = {int(a): float(b) for a, b in (line.split() for line in path.read_text().splitlines())}
         waits = [(started[i] - t) * 1000 for i, t in sent.items()]
-        lates = [(started[j] - t) * 1000 for j, t in due.items()]
         self.results["latency"] = {
             "p50_ms": percentile(waits, 50),
             "p99_ms": percentile(waits, 99),
             "max_ms": max(waits),
-            "due_p50_ms": percentile(lates, 50),
-            "due_max_ms": max(lates),
-            "due_within_1s": sum(0 <= x < 1000 for x in lates),
-            "due_early": sum(x < 0 for x in lates),
-            "due_count": len(lates),
         }
+        if due:
+            lates = [(started[j] - t) * 1000 for j, t in due_at.items()]
+            self.results["latency"] |= {
+                "due_p50_ms": percentile(lates, 50),
+                "due_max_ms": max(lates),
+                "due_within_1s": sum(0 <= x < 1000 for x in lates),
+                "due_early": sum(x < 0 for x in lates),
+                "due_count": len(lates),
+            }
         self.log(f"  {self.results['latency']}")
+
+    def _probes(self, path: Path) -> dict[int, float]:
+        """One probe every PROBE_INTERVAL, to each queue in turn; returns when each was sent."""
+        targets = [probe] if len(self.servers) == 1 else [probe.options(queue=q) for q in self.queues]
+        sent: dict[int, float] = {}
+        tick = time.perf_counter()
+        for i in range(self.sizes.probes):
+            tick += PROBE_INTERVAL
+            time.sleep(max(tick - time.perf_counter(), 0))
+            sent[i] = time.time()
+            targets[i % len(targets)].enqueue(i, str(path))
+        return sent
+
+    def _due_probes(self, path: Path) -> dict[int, float]:
+        """``enqueue_in(DUE_DELAY)`` probes; returns when each is due."""
+        due: dict[int, float] = {}
+        for i in range(self.sizes.due_probes):
+            j = 1_000_000 + i
+            due[j] = time.time() + DUE_DELAY
+            probe.enqueue_in(DUE_DELAY, j, str(path))
+            time.sleep(0.137)  # not a multiple of the maintenance interval: sample every phase of it
+        return due
 
     # --- 6. memory -------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@
 * ``BENCH_DB``          ``sqlite`` (default) or ``postgres``;
 * ``BENCH_SQLITE_PATH`` the SQLite file, in the harness's temporary directory;
 * ``BENCH_PG_NAME``     the PostgreSQL database (default ``django_jobs_bench``);
+* ``BENCH_DURABILITY``, ``BENCH_SECOND_REDIS_URL``  the setup being measured (``benchmarks/setups.py``);
 * ``BENCH_FAIRNESS``    set: ``runjobs`` also imports the fairness benchmark's jobs.
 """
 
@@ -73,6 +74,11 @@ DATABASES = {"default": _default}
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6385/0")
 RQ_QUEUES = {"default": {"URL": REDIS_URL, "SERIALIZER": "rq.serializers.JSONSerializer"}}
+if os.environ.get("BENCH_SECOND_REDIS_URL"):  # the "two-servers" setup: a queue on a second Redis
+    RQ_QUEUES["second"] = {
+        "URL": os.environ["BENCH_SECOND_REDIS_URL"],
+        "SERIALIZER": "rq.serializers.JSONSerializer",
+    }
 
 # django_jobs' defaults, except that dead letters are only logged (and ``--lease-seconds``).
 JOBS: dict[str, Any] = {"ALERT_HOOKS": []}

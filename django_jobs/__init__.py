@@ -16,6 +16,8 @@ from .exceptions import (
     PayloadError,
     PermanentError,
     ResultError,
+    Snooze,
+    SnoozedTooOften,
 )
 from .idempotency import claim, claim_key, idempotent
 from .policy import RetryPolicy
@@ -24,7 +26,9 @@ from .results import JobError, JobHandle, JobState, get_job
 from .store import CancelResult
 
 if TYPE_CHECKING:
+    from .batches import batch, batch_callback
     from .chains import Page, chain
+    from .pausing import pause, paused, resume
     from .retrying import retry_now
 
 __all__ = [
@@ -42,6 +46,10 @@ __all__ = [
     "PermanentError",
     "ResultError",
     "RetryPolicy",
+    "Snooze",
+    "SnoozedTooOften",
+    "batch",
+    "batch_callback",
     "cancel",
     "cancel_requested",
     "chain",
@@ -51,11 +59,24 @@ __all__ = [
     "get_job",
     "idempotent",
     "job",
+    "pause",
+    "paused",
+    "resume",
     "retry_now",
 ]
 
-#: Public names whose modules need the app registry ready (they use models): imported on first use.
-_AFTER_SETUP = {"chain": "chains", "Page": "chains", "retry_now": "retrying"}
+#: Public names whose modules need the app registry ready (they use models) or settings (django_rq
+#: reads them on import): imported on first use.
+_AFTER_SETUP = {
+    "chain": "chains",
+    "Page": "chains",
+    "retry_now": "retrying",
+    "pause": "pausing",
+    "resume": "pausing",
+    "paused": "pausing",
+    "batch": "batches",
+    "batch_callback": "batches",
+}
 
 
 def __getattr__(name: str) -> Any:

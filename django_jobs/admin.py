@@ -28,10 +28,11 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from . import deadletter, overview, redaction, selection
+from . import deadletter, overview, pausing, redaction, selection
 from .conf import jobs_settings
 from .job_admin import JobPages
 from .models import DeadLetter
+from .pause_admin import PausePages
 from .templatetags.django_jobs_admin import when
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class DeadLetterChangeList(ChangeList):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(_Base, JobPages):
+class DeadLetterAdmin(_Base, JobPages, PausePages):
     # Four columns, not eight: with Django's navigation sidebar and the filters open, a 1280 px
     # screen leaves the table about 630 px. Job, queue, exception and message stack in one cell.
     list_display = ("failure", "attempts", "failures", "status")
@@ -327,6 +328,8 @@ class DeadLetterAdmin(_Base, JobPages):
                 name="django_jobs_deadletter_requeue_matching",
             ),
             path("overview/", view(self.overview_view), name="django_jobs_overview"),
+            path("overview/pause/", view(self.pause_view, True), name="django_jobs_pause"),
+            path("overview/resume/", view(self.resume_view, True), name="django_jobs_resume"),
             path("job/", view(self.find_job_view), name="django_jobs_deadletter_find_job"),
             path("job/<str:job_id>/", view(self.job_view), name="django_jobs_deadletter_job"),
             path("job/<str:job_id>/cancel/", view(self.cancel_job_view, True), name="django_jobs_job_cancel"),
@@ -398,7 +401,14 @@ class DeadLetterAdmin(_Base, JobPages):
 
     def overview_view(self, request: HttpRequest) -> HttpResponse:
         self._require(request.user.has_perm(deadletter.OVERVIEW_PERMISSION))
-        return self._render(request, "overview.html", "Queue overview", overview=overview.snapshot())
+        return self._render(
+            request,
+            "overview.html",
+            "Queue overview",
+            overview=overview.snapshot(),
+            can_pause=request.user.has_perm(pausing.PAUSE_PERMISSION),
+            max_reason=pausing.MAX_REASON,
+        )
 
     def requeue_one(self, request: HttpRequest, pk: int) -> HttpResponse:
         self._require(self.has_requeue_permission(request))
@@ -411,4 +421,4 @@ class DeadLetterAdmin(_Base, JobPages):
         return HttpResponseRedirect(reverse("admin:django_jobs_deadletter_change", args=[pk]))
 
 
-from . import chain_admin  # noqa: E402, F401  the chains have their own admin module
+from . import batch_admin, chain_admin  # noqa: E402, F401  the chains and batches have their own admin modules

@@ -25,7 +25,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from .conf import jobs_settings
-from .connections import get_connection, queue_configs
+from .connections import home
 from .exceptions import ConfigurationError
 from .store import keys, load
 from .triage import failure_fingerprint
@@ -121,17 +121,11 @@ def fingerprint(dead_letter: DeadLetter) -> str:
     return failure_fingerprint(dead_letter.job_name, dead_letter.exception, dead_letter.traceback)
 
 
-def _connection(queue: str) -> Redis:
-    """The Redis of the dead letter's queue: the one the ``runjobs`` that flushes its group uses."""
-    configs = queue_configs()
-    if not configs:
-        raise ConfigurationError("settings.RQ_QUEUES is empty")
-    return get_connection(queue if queue in configs else next(iter(configs)))
-
-
 def _gate(dead_letter: DeadLetter, key: str) -> int:
+    """Count a dead letter in its group's window, on its queue's Redis: the one the ``runjobs`` that
+    flushes the group uses."""
     window = max(1, round(jobs_settings.ALERT_WINDOW))
-    script = load(_connection(dead_letter.queue), "alert_gate")
+    script = load(home(dead_letter.queue), "alert_gate")
     return int(script(keys=keys.alert_keys(key), args=[window, dead_letter.pk, key, _KEEP]))
 
 

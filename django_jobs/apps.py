@@ -20,8 +20,19 @@ class DjangoJobsConfig(AppConfig):
     discovered: frozenset[str] = frozenset()
 
     def ready(self) -> None:
-        # checks and chains register on import
-        from . import chains, checks, collectors, cron, deadletter, enqueue, outcomes, registry, tracing  # noqa: F401
+        # checks, chains and batches register on import
+        from . import (  # noqa: F401
+            batches,
+            chains,
+            checks,
+            collectors,
+            cron,
+            deadletter,
+            enqueue,
+            outcomes,
+            registry,
+            tracing,
+        )
         from .conf import jobs_settings, task_backend_aliases
 
         registry.deliver_through(enqueue.enqueue_calls)
@@ -30,6 +41,7 @@ class DjangoJobsConfig(AppConfig):
             [
                 ("Dead-lettering", deadletter.on_attempt_ended),
                 ("Marking a periodic run finished", cron.on_attempt_ended),
+                ("Settling a batch member", batches.on_attempt_ended),
                 *(self._task_subscribers() if tasks else ()),
                 *tracing.SUBSCRIBERS,
                 *outcomes.REPORTING,

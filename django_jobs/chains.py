@@ -30,6 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from . import payload, registry
+from .exceptions import Snooze
 from .models import Chain
 from .policy import RetryPolicy
 from .signals import job_dead_lettered
@@ -95,6 +96,8 @@ def _run_page(func: PageFunction, chain_id: str, cursor: Any) -> None:
             if current is None or current.status not in live or current.cursor != cursor:
                 return  # paused, cancelled, finished, or a page already checkpointed
             result = func(cursor, **current.kwargs)
+            if isinstance(result, Snooze):
+                raise result  # as if raised: the page's writes roll back, its cursor runs again later
             page = result if isinstance(result, Page) else Page(result)
             current.cursor = page.next_cursor
             current.pages_done += 1
@@ -105,6 +108,8 @@ def _run_page(func: PageFunction, chain_id: str, cursor: Any) -> None:
             current.save()
             if current.status == Chain.Status.RUNNING:
                 registry.get(current.name).enqueue(chain_id, page.next_cursor)
+    except Snooze:
+        raise  # not an error: the page runs again later, from the same checkpoint
     except Exception as exc:
         Chain.objects.filter(pk=chain_id).update(last_error=f"{type(exc).__name__}: {exc}"[:2000])
         raise

@@ -17,7 +17,7 @@ from rq.serializers import JSONSerializer, resolve_serializer
 
 from . import conf, registry
 from .conf import jobs_settings
-from .connections import queue_configs
+from .connections import cluster_mode, queue_configs
 from .eviction import eviction_policy
 from .exceptions import JobNotFound
 from .inspect import server_connections
@@ -124,7 +124,9 @@ def _durability_queue_problems(queues: dict[str, Any]) -> list[CheckMessage]:
 def _jobs_setting_problems() -> list[CheckMessage]:
     """What the settings object's own validation finds, plus what needs the registry or an import."""
     found = conf.problems()
-    messages: list[CheckMessage] = [Error(p.msg, hint=p.hint, id=p.id) for p in found]
+    messages: list[CheckMessage] = [
+        (Warning if ".W" in p.id else Error)(p.msg, hint=p.hint, id=p.id) for p in found
+    ]
     if any(p.id == "django_jobs.E005" for p in found):
         return messages
     cron_readable = not any(p.id == "django_jobs.E011" for p in found)
@@ -190,16 +192,17 @@ def _database_problems() -> list[CheckMessage]:
 
 
 @register()
-def check_redis_eviction(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """Warn about a Redis that may evict queued jobs. One that does not answer is left to jobs_health."""
+def check_redis_servers(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    """Per Redis server of ``RQ_QUEUES``: warn about one that may evict queued jobs, refuse a Redis
+    Cluster node. One that does not answer is left to jobs_health."""
     problems: list[CheckMessage] = []
     try:
         grouped = server_connections(sorted(queue_configs()))
     except Exception:  # a malformed RQ_QUEUES entry: the queue checks report it; this one must not crash
         return problems
-    for _names, connection in grouped:
+    for names, connection in grouped:
         try:
-            found = eviction_policy(connection)
+            found, clustered = eviction_policy(connection), cluster_mode(connection)
         except RedisError:
             continue
         if found.evicts or found.unknown:
@@ -211,7 +214,19 @@ def check_redis_eviction(app_configs: Sequence[AppConfig] | None = None, **kwarg
                     id="django_jobs.W011" if found.unknown else "django_jobs.W010",
                 )
             )
+        if clustered:
+            problems.append(_cluster_problem(names, found.server))
     return problems
+
+
+def _cluster_problem(names: list[str], server: str) -> CheckMessage:
+    return Error(
+        f"Queue(s) {', '.join(names)} live on a Redis in cluster mode ({server}): a job's keys and its "
+        "queue's hash to different slots, so every push and claim fails.",
+        hint="Give each group of queues a standalone Redis (with Sentinel for failover); one runjobs serves "
+        "queues on several servers (README: 'Queues on several Redis servers').",
+        id="django_jobs.E034",
+    )
 
 
 @register()

@@ -2,10 +2,10 @@
 
 They are read at scrape time from :mod:`django_jobs.inspect`: per Redis server every queue's depth,
 oldest ready job's enqueue time (the heads of its list and of each priority), scheduled count and
-jobs parked over their key's limit, and every worker's state (O(queues + workers), never a walk over
-queued jobs); the database answers one aggregate over the dead letters (by job, status and reason)
-and one per outbox. A source that does not answer is left out of that scrape (and logged), never an
-error for the whole page.
+jobs parked over their key's limit, what is paused and since when, and every worker's state
+(O(queues + workers), never a walk over queued jobs); the database answers one aggregate over the
+dead letters (by job, status and reason), one per outbox and a count of the open batches. A source
+that does not answer is left out of that scrape (and logged), never an error for the whole page.
 
 django-prometheus's ``/metrics`` serves prometheus_client's default registry, which
 :func:`register` adds the collector to. Under ``PROMETHEUS_MULTIPROC_DIR`` that view builds a
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 import weakref
 from collections import Counter
 from collections.abc import Iterable
@@ -30,12 +31,24 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from redis.exceptions import RedisError
 
-from . import cron, durability, inspect
+from . import cron, durability, inspect, metrics
 from .conf import jobs_settings
 from .connections import queue_configs
-from .models import DeadLetter, OutboxEntry
+from .models import Batch, DeadLetter, OutboxEntry
+from .store import Pause
 
 logger = logging.getLogger("django_jobs.metrics")
+
+
+def _queue_gauges(gauges: list[GaugeMetricFamily], queues: Iterable[inspect.QueueState]) -> None:
+    """Each queue's depth, oldest ready job's age (when its head says), scheduled and parked jobs."""
+    depth, age, scheduled, parked = gauges
+    for queue in queues:
+        depth.add_metric([queue.name], queue.depth)
+        scheduled.add_metric([queue.name], queue.scheduled)
+        parked.add_metric([queue.name], queue.parked)
+        if queue.depth == 0 or queue.oldest_age is not None:
+            age.add_metric([queue.name], queue.oldest_age or 0.0)
 
 
 class JobsCollector:
@@ -47,22 +60,32 @@ class JobsCollector:
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        depth, age, scheduled, parked, dead, pending, outbox_age, workers, overdue, quarantined = families
-        states = Counter({"busy": 0, "idle": 0})
-        try:
-            for server in inspect.servers(sorted(queue_configs())):
-                for queue in server.queues:
-                    depth.add_metric([queue.name], queue.depth)
-                    scheduled.add_metric([queue.name], queue.scheduled)
-                    parked.add_metric([queue.name], queue.parked)
-                    if queue.depth == 0 or queue.oldest_age is not None:
-                        age.add_metric([queue.name], queue.oldest_age or 0.0)
-                states.update(worker.state for worker in server.workers if worker.state)
-        except RedisError as exc:
-            logger.warning("Queue and worker gauges left out of this scrape: Redis did not answer (%s)", exc)
-        else:  # a partial count would read as workers gone
+        dead, pending, outbox_age, workers, overdue, quarantined, batches = families[4:]
+        found: dict[str, str] = {}  # worker -> state: one serving two servers is on both, busy on one
+        names: list[str] = []
+        pauses: list[Pause] = []
+        answered = True
+        for server_queues, _, server in inspect.read_all(sorted(queue_configs())):
+            if isinstance(server, RedisError):
+                answered = False
+                logger.warning(
+                    "Gauges of queue(s) %s left out of this scrape: Redis did not answer (%s)",
+                    ", ".join(server_queues),
+                    server,
+                )
+                continue
+            _queue_gauges(families[:4], server.queues)
+            for worker in server.workers:
+                if worker.state and found.get(worker.name) != "busy":
+                    found[worker.name] = worker.state
+            names += [queue.name for queue in server.queues]
+            pauses += server.pauses
+        if answered:  # a partial count would read as workers gone
+            states = Counter({"busy": 0, "idle": 0})
+            states.update(found.values())
             for state, count in sorted(states.items()):
                 workers.add_metric([state], count)
+        families += metrics.pause_families(names, pauses, time.time())
         try:
             by_job, by_reason = dead_letter_counts()
             for (job, status), count in sorted(by_job.items()):
@@ -74,6 +97,7 @@ class JobsCollector:
             outbox_age.add_metric([], (timezone.now() - oldest).total_seconds() if oldest else 0.0)
             for name, count in cron.overdue_by_job().items():
                 overdue.add_metric([name], count)
+            batches.add_metric([], Batch.objects.filter(status=Batch.Status.OPEN).count())
         except DatabaseError as exc:
             logger.warning("Dead-letter and outbox gauges left out of this scrape: %s", exc)
         return [*families, *durability_families()]
@@ -120,6 +144,9 @@ class JobsCollector:
                 "vanished (the job's hash was gone from Redis, e.g. evicted).",
                 labels=["reason"],
             ),
+            GaugeMetricFamily(
+                "django_jobs_batches_open", "Batches with a member that has not ended: their callbacks wait."
+            ),
         ]
 
 
@@ -145,16 +172,16 @@ def durability_families() -> list[GaugeMetricFamily]:
             oldest.add_metric([state.queue], state.oldest_age)
     except DatabaseError as exc:
         logger.warning("Ledger gauges left out of this scrape: %s", exc)
-    try:
-        for names, primary in durability.replication(sorted(queue_configs())):
-            for queue in names:
-                replicas.add_metric([queue], primary.replicas)
-                if primary.lag is not None:
-                    lag.add_metric([queue], primary.lag)
-                if primary.changed_at is not None:
-                    changed.add_metric([queue], primary.changed_at)
-    except RedisError as exc:
-        logger.warning("Replication gauges left out of this scrape: Redis did not answer (%s)", exc)
+    for names, primary in durability.replication(sorted(queue_configs())):
+        if isinstance(primary, RedisError):
+            logger.warning("Replication gauges of %s left out of this scrape: %s", ", ".join(names), primary)
+            continue
+        for queue in names:
+            replicas.add_metric([queue], primary.replicas)
+            if primary.lag is not None:
+                lag.add_metric([queue], primary.lag)
+            if primary.changed_at is not None:
+                changed.add_metric([queue], primary.changed_at)
     return [level, pending, oldest, replicas, lag, changed]
 
 

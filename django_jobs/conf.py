@@ -56,6 +56,9 @@ class JobsSettings:
     CANCEL_GRACE: float = 10
     # Seconds runjobs waits for the running jobs to finish after SIGTERM before handing them back.
     SHUTDOWN_GRACE: float = 25
+    # How often a job may snooze (raise or return Snooze) in all before the next snooze dead-letters it
+    # (reason "snoozed"); a job's own @job(max_snoozes=...) overrides it.
+    MAX_SNOOZES: int = 100
     # Seconds an idempotency key is kept; must outlive the longest retry window.
     IDEMPOTENCY_RETENTION: float = 30 * 24 * 3600
     # Seconds a finished job's hash stays in Redis; a duplicate push of its id inside this window is a no-op.
@@ -91,6 +94,10 @@ class JobsSettings:
     # Seconds between the ledger's full reconciliations (each one costs O(pending ledger rows)); one also
     # runs as soon as runjobs sees its Redis primary change.
     LEDGER_SWEEP_INTERVAL: float = 10
+    # Seconds between runjobs' sweeps of the pending members of open batches (each costs O(pending
+    # members)): the longest a member's end that no event reported (a worker killed at the wrong instant,
+    # a cancelled waiting job, a requeued dead letter) waits to be counted. Keep it well below FINISHED_TTL.
+    BATCH_SWEEP_INTERVAL: float = 10
 
     def durability(self, queue: str) -> str:
         """The durability level of ``queue``'s enqueues."""
@@ -109,8 +116,11 @@ _DEFAULT = JobsSettings()
 #: Every key of ``settings.JOBS`` with its default (the fields of :class:`JobsSettings`).
 DEFAULTS: dict[str, Any] = {name: getattr(_DEFAULT, name) for name in _FIELDS}
 
+#: Settings with a check of their own, which the generic numeric check leaves alone.
+COUNTS = ("MAX_SNOOZES",)
+
 #: Positive amounts (seconds, bytes, a rate): derived from the fields, so a new one is validated too.
-NUMERIC = [name for name, default in DEFAULTS.items() if type(default) in (int, float)]
+NUMERIC = [name for name, default in DEFAULTS.items() if type(default) in (int, float) and name not in COUNTS]
 
 
 def _module_paths(modules: Any) -> list[str]:
@@ -120,10 +130,18 @@ def _module_paths(modules: Any) -> list[str]:
     return list(modules)
 
 
+def _count(value: Any) -> int:
+    """A whole number as given (a float like 2.5 is refused, not cut to 2)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected a whole number, got {value!r}")
+    return value
+
+
 #: How a given value becomes the field's type; fields not listed keep the value as given.
 _COERCE: dict[str, Callable[[Any], Any]] = {
     **{name: type(DEFAULTS[name]) for name in (*NUMERIC, "MODE", "LOG_FORMAT", "DEFAULT_DURABILITY")},
     **{name: type(DEFAULTS[name]) for name in ("DEFAULT_RETRY", "ALERT_HOOKS", "CRON", "DURABILITY")},
+    "MAX_SNOOZES": _count,
     "IMPORT_MODULES": _module_paths,
     "ALLOW_EVICTION": bool,
 }
@@ -242,6 +260,8 @@ def problems() -> list[Problem]:
         ),
         *_cron_shape_problems(given),
         *_durability_problems(given),
+        *_snooze_problems(given),
+        *_batch_problems(given),
         *_unreadable(given),
     ]
 
@@ -290,7 +310,7 @@ def _numeric_problems(given: dict[str, Any]) -> list[Problem]:
 def _unreadable(given: dict[str, Any]) -> list[Problem]:
     """Values the settings object refuses to read that no check above names more precisely."""
     _, errors = build(given)
-    covered = {*NUMERIC, "DEFAULT_RETRY", "CRON", "DURABILITY"}
+    covered = {*NUMERIC, *COUNTS, "DEFAULT_RETRY", "CRON", "DURABILITY"}
     return [
         Problem(
             "django_jobs.E014", f"JOBS[{key!r}] cannot be read: {exc}", f"The default is {DEFAULTS[key]!r}."
@@ -300,11 +320,33 @@ def _unreadable(given: dict[str, Any]) -> list[Problem]:
     ]
 
 
+def _snooze_problems(given: dict[str, Any]) -> list[Problem]:
+    value = given.get("MAX_SNOOZES", DEFAULTS["MAX_SNOOZES"])
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return []
+    msg = f"JOBS['MAX_SNOOZES'] must be a whole number of snoozes, at least 1, got {value!r}."
+    hint = f"The default is {DEFAULTS['MAX_SNOOZES']}; a job's own @job(max_snoozes=N) overrides it."
+    return [Problem("django_jobs.E025", msg, hint)]
+
+
 def _cron_shape_problems(given: dict[str, Any]) -> list[Problem]:
     if isinstance(given.get("CRON", {}), dict):
         return []
     hint = "{job name: cron expression or None}"
     return [Problem("django_jobs.E011", "JOBS['CRON'] must be a dict.", hint)]
+
+
+def _batch_problems(given: dict[str, Any]) -> list[Problem]:
+    """A batch sweep so rare that a member's end could leave Redis (FINISHED_TTL) before it looks."""
+    interval, ttl = (given.get(k, DEFAULTS[k]) for k in ("BATCH_SWEEP_INTERVAL", "FINISHED_TTL"))
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (interval, ttl))
+    if not numbers or not all(math.isfinite(v) and v > 0 for v in (interval, ttl)) or interval <= ttl / 2:
+        return []  # E009 reports what is not a positive number
+    msg = (
+        f"JOBS['BATCH_SWEEP_INTERVAL'] is {interval!r}, over half of FINISHED_TTL ({ttl!r}): a batch member "
+        "whose end no event reported can leave Redis before a sweep sees it, and count as expired."
+    )
+    return [Problem("django_jobs.W031", msg, "Keep it well below FINISHED_TTL; the default is 10.")]
 
 
 def _durability_problems(given: dict[str, Any]) -> list[Problem]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from django.conf import settings
 from django_rq.connection_utils import get_redis_connection
 from redis import Redis
+from redis.exceptions import ResponseError
 
 from .conf import jobs_settings
 from .exceptions import ConfigurationError
@@ -42,6 +43,26 @@ def connection_identity(queue: str) -> str:
     )
 
 
+def by_server(queues: Sequence[str]) -> list[list[str]]:
+    """``queues`` grouped by the Redis server that holds them: the servers in the order of their first
+    queue, each one's queues in the order given."""
+    grouped: dict[str, list[str]] = {}
+    for queue in queues:
+        grouped.setdefault(connection_identity(queue), []).append(queue)
+    return list(grouped.values())
+
+
+def queues_on(queue: str) -> list[str]:
+    """Every queue of ``RQ_QUEUES`` on the Redis server of ``queue``; an entry that is not a dict (the
+    checks report it) is on none."""
+    identity = connection_identity(queue)
+    return [
+        name
+        for name, config in queue_configs().items()
+        if isinstance(config, dict) and connection_identity(name) == identity
+    ]
+
+
 def get_connection(queue: str, socket_timeout: float | None = None) -> Redis:
     """A cached client for ``queue``. The web side passes no timeout and gets JOBS' short one."""
     timeout = jobs_settings.REDIS_SOCKET_TIMEOUT if socket_timeout is None else socket_timeout
@@ -58,6 +79,15 @@ def get_connection(queue: str, socket_timeout: float | None = None) -> Redis:
         return client
 
 
+def home(queue: str) -> Redis:
+    """The web side's client of ``queue``'s Redis; for a queue missing from ``RQ_QUEUES`` (one read
+    back from a garbage job hash), the first queue's."""
+    configs = queue_configs()
+    if not configs:
+        raise ConfigurationError("settings.RQ_QUEUES is empty")
+    return get_connection(queue if queue in configs else next(iter(configs)))
+
+
 def servers(queue: str | None = None) -> Iterator[Redis]:
     """The connection of ``queue``'s Redis or, without a queue, one per Redis server that the
     configured queues live on: where to look for a job known only by its id."""
@@ -70,3 +100,14 @@ def servers(queue: str | None = None) -> Iterator[Redis]:
         if identity not in seen:
             seen.add(identity)
             yield get_connection(name)
+
+
+def cluster_mode(connection: Redis) -> bool:
+    """Whether the server runs as a Redis Cluster node (``INFO cluster``): RQ's keys cannot live there,
+    since every transition touches a queue's keys and job hashes that hash to different slots. A
+    server that forbids ``INFO`` (an ACL) is taken for a standalone one; it raises only if it does
+    not answer."""
+    try:
+        return bool(connection.info("cluster").get("cluster_enabled"))
+    except ResponseError:
+        return False

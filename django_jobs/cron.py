@@ -1,7 +1,8 @@
 """Periodic jobs that fire exactly once per period, however many ``runjobs`` schedule them.
 
-Every ``runjobs`` runs the scheduler. A period fires only if its scheduler takes the Redis lock
-``djjobs:cron:<name>:<period>`` and then inserts the ``CronRun`` row unique on (name, period), in
+Every ``runjobs`` runs the scheduler (one per Redis server it serves, for the jobs whose queue lives
+there). A period fires only if its scheduler takes the Redis lock ``djjobs:cron:<name>:<period>`` (on
+the server of the job's queue) and then inserts the ``CronRun`` row unique on (name, period), in
 the same transaction as the job's outbox row. The lock keeps the schedulers from racing; the row
 is the guard that survives a Redis failover that loses the lock.
 
@@ -18,6 +19,7 @@ import math
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,8 +80,12 @@ class Scheduler:
 
     RETRY_SECONDS = 5.0
 
-    def __init__(self, connection: Redis) -> None:
+    def __init__(self, connection: Redis, owns: Callable[[str], bool] | None = None) -> None:
+        """``owns(queue)``: whether this scheduler fires the jobs of ``queue`` (default: every queue).
+        ``runjobs`` gives each Redis server its scheduler, for the jobs whose queue lives there, so a
+        period's lock is on the server its job goes to."""
         self.connection = connection
+        self.owns = owns
         self.seen: dict[str, dt.datetime] = {}
         self.retry_at: dict[str, float] = {}  # job name -> monotonic time its failed period is retried
         self.token = f"{os.getpid()}:{uuid.uuid4().hex}"
@@ -90,6 +96,8 @@ class Scheduler:
         now = now or timezone.localtime()
         fired = 0
         for schedule in schedules():
+            if self.owns is not None and not self.owns(schedule.job.queue):
+                continue
             name = schedule.job.name
             start, end = schedule.period(now)
             if self.seen.get(name) == start or self.retry_at.get(name, 0.0) > time.monotonic():

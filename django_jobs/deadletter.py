@@ -27,7 +27,7 @@ from .enqueue import Envelope, Options, build, deliver
 from .exceptions import JobNotFound, LimitKeyError, PayloadError
 from .models import DeadLetter
 from .outcomes import AttemptEnded
-from .signals import job_dead_lettered
+from .signals import job_dead_lettered, job_requeued
 from .store import JobRecord, Store, surrogate_id, to_bytes, to_text, valid_job_id
 from .triage import triage
 
@@ -380,6 +380,7 @@ def _requeue_one(entry: DeadLetter, done: Requeued, rate: float, using: str) -> 
         return None
     entry.status, entry.requeued_job_id = DeadLetter.Status.REQUEUED, envelope.id
     done.entries.append(entry)
+    job_requeued.send(sender=entry.job_name, dead_letter=entry, job_id=envelope.id)
     return envelope
 
 

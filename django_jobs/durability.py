@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from django.db import connections, router
 from django.db.models import Count, Min, Q
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from .conf import LEDGER, jobs_settings
 from .connections import queue_configs
@@ -59,6 +60,12 @@ def ledger() -> list[LedgerState]:
     ]
 
 
-def replication(queues: Sequence[str]) -> list[tuple[list[str], Primary]]:
-    """Each Redis server's primary state, with the queues on it; raises RedisError if one is down."""
-    return [(names, read_primary(connection)) for names, connection in server_connections(queues)]
+def replication(queues: Sequence[str]) -> list[tuple[list[str], Primary | RedisError]]:
+    """Each Redis server's primary state, with the queues on it; the error of one that is down."""
+    found: list[tuple[list[str], Primary | RedisError]] = []
+    for names, connection in server_connections(queues):
+        try:
+            found.append((names, read_primary(connection)))
+        except RedisError as exc:
+            found.append((names, exc))
+    return found

@@ -3,19 +3,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import math
-import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, Protocol
 
 from django.db import connections
 
 from . import backends, payload, tracing
 from .conf import jobs_settings
 from .connections import queue_config
+from .context import binding
 from .envelope import Call, Envelope, Options
 from .exceptions import TransactionAmbiguous
 from .registry import Job
@@ -24,14 +26,40 @@ from .signals import job_enqueued
 
 __all__ = [
     "Envelope",
+    "Gathering",
     "JobHandle",
     "Options",
     "build",
+    "current_gathering",
     "deliver",
     "enqueue_calls",
     "enqueue_envelopes",
+    "gathering",
     "transaction_alias",
 ]
+
+
+class Gathering(Protocol):
+    """A batch whose block is open (``batches.batch``): each job enqueued in the block, in this
+    context, carries its ``id`` and is handed to ``gather`` before it is delivered."""
+
+    @property
+    def id(self) -> str: ...
+
+    def gather(self, envelopes: Sequence[Envelope], using: str | None) -> None: ...
+
+
+_gathering: ContextVar[Gathering | None] = ContextVar("django_jobs_gathering", default=None)
+
+
+def gathering(into: Gathering) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, the jobs enqueued in this context join ``into``."""
+    return binding(_gathering, into)
+
+
+def current_gathering() -> Gathering | None:
+    """The batch whose block is open in this context, if any."""
+    return _gathering.get()
 
 
 def build(
@@ -47,11 +75,12 @@ def build(
     carrying the current trace context, if any, and the key its limits count under, if given."""
     queue_config(queue)  # an unknown queue fails at the first enqueue, not at import
     data = payload.dumps(name, args, kwargs, jobs_settings.MAX_PAYLOAD_BYTES).decode()
-    due = time.time() + options.delay if options.delay > 0 else 0.0
     now = dt.datetime.now(dt.UTC)
+    due = now.timestamp() + options.delay if options.delay > 0 else 0.0
+    expires = options.expires_at or (now.timestamp() + options.expires_in if options.expires_in else 0.0)
     return Envelope(uuid.uuid4().hex, name, queue, data, math.ceil(timeout), due, now, options.unique_key,
                     options.debounce, options.cron_run, options.priority or 0, tracing.carrier(),
-                    limit_key)  # fmt: skip
+                    expires, options.batch, limit_key)  # fmt: skip
 
 
 def _in_transaction(alias: str) -> bool:
@@ -99,6 +128,11 @@ def enqueue_envelopes(
     (``created_at``, which ``get_job()`` reads back as ``enqueued_at``)."""
     if options.priority is None:
         options = dataclasses.replace(options, priority=definition.priority)
+    if definition.expires and not (options.expires_in or options.expires_at):
+        options = dataclasses.replace(options, expires_in=definition.expires)
+    into = _gathering.get()
+    if into is not None:
+        options = dataclasses.replace(options, batch=into.id)
     envelopes = []
     for args, kwargs in calls:
         encoded_args, encoded_kwargs = payload.encode(args, kwargs)
@@ -113,6 +147,8 @@ def enqueue_envelopes(
                 definition.limit_value(args, kwargs),
             )
         )
+    if into is not None:
+        into.gather(envelopes, using)
     deliver(envelopes, using=using)
     for envelope in envelopes:
         job_enqueued.send(sender=envelope.name, job_id=envelope.id, queue=envelope.queue)

@@ -4,6 +4,7 @@ was enqueued with. Below all three, so none imports another."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,26 @@ def check_priority(value: object, where: str) -> int:
     return value
 
 
+def check_expires(value: object, where: str) -> float:
+    """``value`` (seconds or a timedelta) as positive, finite seconds; otherwise a ValueError."""
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not 0 < seconds < math.inf:
+        raise ValueError(
+            f"{where}: expires is a positive number of seconds or a timedelta after the enqueue "
+            f"(options() also takes an aware datetime), got {value!r}."
+        )
+    return float(seconds)
+
+
+def expiry(value: float | dt.timedelta | dt.datetime) -> tuple[float, float]:
+    """``options(expires=...)``: (seconds after the enqueue, 0), or (0, Unix time) for an aware datetime."""
+    if not isinstance(value, dt.datetime):
+        return check_expires(value, "options()"), 0.0
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"options(expires=...) needs an aware datetime, got the naive {value!r}.")
+    return 0.0, value.timestamp()
+
+
 @dataclass(frozen=True)
 class Envelope:
     """One job ready to push: the same data whether it comes from a call or an outbox row."""
@@ -42,6 +63,8 @@ class Envelope:
     cron_run: int | None = None
     priority: int = 0
     trace: str = ""  # the enqueuer's trace context (tracing.carrier()), "" outside a trace
+    expires: float = 0.0  # Unix time after which it is dropped unrun if it has not started; 0: never
+    batch: str = ""  # the id of the batch the job is a member of (see ``batches``), "" for most jobs
     limit_key: str = ""  # the key its job type's limits count it under (@job(limit_key=...)), or ""
 
     def __post_init__(self) -> None:
@@ -61,6 +84,10 @@ class Envelope:
             extra["dj_trace"] = self.trace
         if self.limit_key:
             extra["dj_limit_key"] = self.limit_key
+        if self.expires:
+            extra["dj_expires"] = f"{self.expires:.3f}"
+        if self.batch:
+            extra["dj_batch"] = self.batch
         return {
             **extra,
             "data": self.data,
@@ -74,9 +101,9 @@ class Envelope:
         }
 
     def options(self) -> dict[str, Any]:
-        """The outbox row's ``options``; the priority, the trace and the limit key have columns of their
-        own, which a relay that predates them ignores, where an option it did not know would make it
-        quarantine the row."""
+        """The outbox row's ``options``; the priority, the trace, the expiry, the batch and the limit key
+        have columns of their own, which a relay that predates them ignores, where an option it did not
+        know would make it quarantine the row."""
         return {
             key: value
             for key, value in (
@@ -98,6 +125,9 @@ class Options:
     cron_run: int | None = None  # the CronRun this job fires
     queue: str = ""  # another queue than the job's own
     priority: int | None = None  # None: the job type's own
+    expires_in: float = 0.0  # seconds after the enqueue: not started by then, it is dropped unrun
+    expires_at: float = 0.0  # or a Unix time; 0 for both: the job type's own expiry, if any
+    batch: str = ""  # the batch whose block enqueues the job (set by enqueue, never by a caller)
 
     def __post_init__(self) -> None:
         if self.priority is not None:

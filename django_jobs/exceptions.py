@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.core.exceptions import ImproperlyConfigured
+
+#: The longest a job may snooze at once: 30 days. A longer wait is a bug (a timestamp read as seconds).
+MAX_SNOOZE_SECONDS = 30 * 24 * 3600.0
 
 
 class JobsError(Exception):
@@ -48,6 +53,43 @@ class JobTimeout(JobsError):
 class JobCancelled(JobsError):
     """The job was cancelled. Raise it from a job once ``cancel_requested()`` is True: the attempt ends
     cancelled, never retried and never dead-lettered."""
+
+
+class Snooze(JobsError):
+    """Raise (or return) from a job to run it again after ``seconds`` (a number or a timedelta, from
+    0 to 30 days) without spending an attempt, e.g. when a partner answers 429 with Retry-After.
+
+    Not a failure: no retry is counted and nothing is dead-lettered, until the job has snoozed more
+    often than its ``max_snoozes`` (``JOBS["MAX_SNOOZES"]``). A bad ``seconds`` raises ``ValueError``
+    where the job builds it: that attempt fails like any other.
+    """
+
+    def __init__(self, seconds: float | dt.timedelta) -> None:
+        value = seconds.total_seconds() if isinstance(seconds, dt.timedelta) else seconds
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 <= value <= MAX_SNOOZE_SECONDS  # NaN fails this too
+        ):
+            raise ValueError(
+                f"Snooze() takes a number of seconds or a timedelta from 0 to {MAX_SNOOZE_SECONDS:g} "
+                f"(30 days), got {seconds!r}."
+            )
+        self._seconds = float(value)
+        super().__init__(f"Snoozed for {self._seconds:g} s.")
+
+    @property
+    def seconds(self) -> float:
+        """How long the job waits before it runs again."""
+        return self._seconds
+
+    def __reduce__(self) -> tuple[type[Snooze], tuple[float]]:
+        # Built again from its seconds, not its message (a test runner's processes pickle exceptions).
+        return type(self), (self._seconds,)
+
+
+class SnoozedTooOften(PermanentError):
+    """The job snoozed more often than its ``max_snoozes`` allows: dead-lettered with reason "snoozed"."""
 
 
 class ConfigurationError(JobsError, ImproperlyConfigured):

@@ -10,7 +10,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -21,7 +21,16 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from . import invocation, metrics, payload, registry, tracing
 from .conf import jobs_settings
 from .context import JobContext, binding, running
-from .exceptions import JobCancelled, JobNotFound, JobTimeout, PayloadError, PayloadTooLarge, WorkerLost
+from .exceptions import (
+    JobCancelled,
+    JobNotFound,
+    JobTimeout,
+    PayloadError,
+    PayloadTooLarge,
+    Snooze,
+    SnoozedTooOften,
+    WorkerLost,
+)
 from .logs import exception_path, exception_text, exception_traceback
 from .models import DeadLetter
 from .outcomes import AttemptEnded, Judgement, Outcome, isolated, publish, send
@@ -57,6 +66,8 @@ def _judge(exc: BaseException, claimed: Claimed, definition: registry.Job[Any, A
         if isinstance(exc, WorkerLost) and exhausted
         else (DeadLetter.Reason.EXHAUSTED if exhausted else DeadLetter.Reason.PERMANENT)
     )
+    if isinstance(exc, SnoozedTooOften):
+        reason = DeadLetter.Reason.SNOOZED
     return Judgement(path, message, text, verdict, reason, exc)
 
 
@@ -133,17 +144,52 @@ def settle_failure(
         scope=registry.limit_scope(claimed.record),
     )  # fmt: skip
     if settled is Settled.FENCED:
+        # The lease was taken back (a reaper, after the lease expired): that settling was published.
         logger.warning(
-            "Job %s %s: attempt %d was fenced off; another attempt owns it now.",
+            "Job %s: its attempt under lease %s was fenced off; another attempt owns it now.",
             definition.name if definition else "(unknown)",
-            claimed.id,
-            claimed.attempt,
+            claimed.token,
         )
     elif settled is Settled.CANCELLED:
         outcome = Outcome.CANCELLED
     reported = name if name is not None else claimed.record.name
     bury, retry_in = settled is Settled.DONE and delay is None, delay if settled is Settled.DONE else None
-    return _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in)
+    fenced = settled is Settled.FENCED
+    return _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in, fenced)
+
+
+def settle_snooze(
+    store: Store, claimed: Claimed, snooze: Snooze, definition: registry.Job[Any, Any], duration: float
+) -> AttemptEnded:
+    """Reschedule the job ``snooze.seconds`` from now without spending the attempt (outcome
+    ``snoozed``), or, past its snooze cap, dead-letter it with reason "snoozed". Fenced by the lease
+    like a failure: a snooze from an attempt that lost its lease changes nothing and is published nowhere."""
+    if claimed.record.snoozes >= definition.snooze_cap:
+        too_often = SnoozedTooOften(
+            f"Job {definition.name} snoozed {claimed.record.snoozes} times, as often as its max_snoozes "
+            f"(or JOBS['MAX_SNOOZES']) allows; snoozing once more ({snooze.seconds:g} s) dead-letters it."
+        )
+        too_often.__cause__ = snooze  # its traceback shows where the job snoozed
+        return settle_failure(store, claimed, too_often, name=definition.name, duration=duration)
+    scope = registry.limit_scope(claimed.record)
+    settled = store.snooze(claimed.token, claimed.queue, snooze.seconds, jobs_settings.FINISHED_TTL, scope)
+    fenced = settled is Settled.FENCED
+    if fenced:
+        logger.warning(
+            "Job %s: its attempt under lease %s was fenced off; its snooze changed nothing.",
+            definition.name, claimed.token,
+        )  # fmt: skip
+    outcome = Outcome.CANCELLED if settled is Settled.CANCELLED else Outcome.SNOOZED
+    retry_in = snooze.seconds if settled is Settled.DONE else None
+    name = definition.name
+    return _ended(store, claimed, name, outcome, duration, snooze, retry_in=retry_in, fenced=fenced)
+
+
+def publish_expired(store: Store, dropped: Sequence[Claimed]) -> None:
+    """Publish the end of each job a claim dropped unrun because it expired before it started
+    (outcome ``expired``, attempt 0): counted and logged, never dead-lettered."""
+    for claimed in dropped:
+        publish(_ended(store, claimed, claimed.record.name, Outcome.EXPIRED, None, None))
 
 
 def completion(ended: AttemptEnded) -> Finished | None:
@@ -172,10 +218,11 @@ def _ended(
     history: list[dict[str, Any]] | None = None,
     bury: bool = False,
     retry_in: float | None = None,
+    fenced: bool = False,
 ) -> AttemptEnded:
     return AttemptEnded(
         name, claimed.id, claimed.queue, claimed.attempt, outcome, duration, exc, claimed, store,
-        judgement, tuple(history or ()), bury, retry_in,
+        judgement, tuple(history or ()), bury, retry_in, fenced=fenced,
     )  # fmt: skip
 
 
@@ -206,14 +253,18 @@ def _needs_closing(conn: BaseDatabaseWrapper) -> bool:
     return leaked_transaction or broken or expired
 
 
-def db_hygiene() -> None:
-    """Between jobs: drop broken or expired connections and a leaked transaction, keep healthy ones.
+def db_hygiene(interrupted: bool = False) -> None:
+    """Between jobs, and before each pass of the supervisor's maintenance: drop broken or expired
+    connections and a leaked transaction, keep healthy ones. Django reopens a connection only once it
+    is closed, so one broken by a database outage would otherwise fail every query after it returns.
+    ``interrupted``: the job's timeout cut its code short, maybe in the middle of a query (a database
+    that stopped answering), which leaves its connection unable to take another: close them all.
 
     Unlike ``close_old_connections``, a ``CONN_MAX_AGE=0`` connection is kept while usable, so a
     worker does not reconnect for every job.
     """
     for conn in connections.all(initialized_only=True):
-        if conn.connection is not None and _needs_closing(conn):
+        if conn.connection is not None and (interrupted or _needs_closing(conn)):
             conn.close()
         conn.errors_occurred = False
     if settings.DEBUG:
@@ -233,7 +284,7 @@ def _attempt(
     """Run the job's code; return what it raised, whatever it is (``SystemExit``,
     ``KeyboardInterrupt`` and ``GeneratorExit`` are outcomes of the job like any exception; the
     work process's own shutdown never raises into a job: SIGTERM only sets a flag), or the JSON of
-    its return value if the job keeps results."""
+    its return value if the job keeps results. A returned :class:`Snooze` is returned as if raised."""
     alarm = definition.timeout + (invocation.ASYNC_ALARM_MARGIN if definition.is_async else 0.0)
     try:
         db_hygiene()
@@ -242,6 +293,8 @@ def _attempt(
             value = invocation.call(
                 definition.func, args, kwargs, timeout=definition.timeout, is_async=definition.is_async
             )
+        if isinstance(value, Snooze):
+            return value, None
         return None, invocation.result_json(definition.name, value) if definition.store_result else None
     except BaseException as exc:
         return exc, None
@@ -251,21 +304,22 @@ def run(
     store: Store,
     claimed: Claimed,
     on_start: Callable[[float], None] | None = None,
-    on_return: Callable[[], None] | None = None,
+    on_end: Callable[[bool], None] | None = None,
 ) -> AttemptEnded:
     """Run one claimed attempt. Failures are settled here; a success is left for the caller to
     complete (it batches the completion with its next claim). ``on_start(timeout)`` runs just
-    before the job's code, so a supervisor can arm its hard timeout; ``on_return()`` as soon as
-    the code returned, so it completes the job even if this process dies in what follows.
+    before the job's code, so a supervisor can arm its hard timeout; ``on_end(returned)`` as soon
+    as the code returned (True: the supervisor completes the job even if this process dies in what
+    follows) or raised: from then on nothing is left to stop, however long the settling takes.
 
     Once the job's code has returned, its outcome is final: signals, cron bookkeeping, metrics and
     the log line are isolated, so none of them can fail a success or rerun it.
 
     With OpenTelemetry tracing on, the attempt, its outcome's subscribers included, runs in its span."""
     if not tracing.active():
-        return _run(store, claimed, on_start, on_return)
+        return _run(store, claimed, on_start, on_end)
     with tracing.attempt(claimed) as span:
-        ended = _run(store, claimed, on_start, on_return)
+        ended = _run(store, claimed, on_start, on_end)
         isolated("Recording the attempt's span", lambda: span.ended(ended))
     return ended
 
@@ -274,7 +328,7 @@ def _run(
     store: Store,
     claimed: Claimed,
     on_start: Callable[[float], None] | None,
-    on_return: Callable[[], None] | None,
+    on_end: Callable[[bool], None] | None,
 ) -> AttemptEnded:
     started = time.perf_counter()
     name = "(unknown)"
@@ -291,13 +345,16 @@ def _run(
     isolated("Counting a start", lambda: metrics.started(name, claimed.queue, queue_wait(claimed)))
     error, result = _attempt(definition, args, kwargs, claimed)
     duration = time.perf_counter() - started
-    if error is None and on_return is not None:
-        on_return()
-    isolated("Closing the job's database connections", db_hygiene)
+    if on_end is not None:
+        on_end(error is None)
+    interrupted = isinstance(error, JobTimeout)
+    isolated("Closing the job's database connections", lambda: db_hygiene(interrupted))
     if error is None:
         ended = dataclasses.replace(
             _ended(store, claimed, name, Outcome.SUCCESS, duration, None), result=result
         )
+    elif isinstance(error, Snooze):
+        ended = settle_snooze(store, claimed, error, definition, duration)
     else:
         ended = settle_failure(store, claimed, error, name=name, duration=duration)
     publish(ended)

@@ -6,27 +6,30 @@ LLEN, ZCARD, LINDEX 0 and a few HGETs per queue, plus read-only scripts per serv
 priority sets (``lua/heads.lua``: at most a few commands per priority in use) and the jobs parked
 over their key's limit (``lua/parked.lua``: a ZCARD per line, at most ``PARKED_SAMPLE`` lines), in
 two pipelined round trips per Redis server (three when the workers' current jobs are asked for),
-after redis-py's check that the scripts are loaded. It never calls RQ's registry methods, whose
-cleanup (run by ``len(registry)``, ``get_job_ids()`` or ``count``, and by django-rq's dashboard on
-every view) moves and fails jobs: looking must not change what is seen. A key of the wrong type
-(a poison entry) reads as missing, never as an error for the whole read.
+after redis-py's check that the scripts are loaded; and what is paused: the paused hash and the set
+of parked lists (one more round trip), and one LLEN per parked list in the second. It never calls
+RQ's registry methods, whose cleanup (run by ``len(registry)``, ``get_job_ids()`` or ``count``, and
+by django-rq's dashboard on every view) moves and fails jobs: looking must not change what is seen.
+A key of the wrong type (a poison entry) reads as missing, never as an error for the whole read.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .connections import connection_identity, get_connection
+from .connections import by_server, get_connection
 from .store import (
     DYING,
     LOST,
+    Pause,
     Status,
+    Store,
     job_key,
     keys,
     load,
@@ -58,6 +61,10 @@ class QueueState:
     """Jobs waiting for a slot of their key (``limit_key``), not counted in ``depth``."""
     parked_is_estimate: bool = False
     """True when the queue has more lines of parked jobs than were counted: ``parked`` is a lower bound."""
+    paused: Pause | None = None
+    """The queue's pause, while it is paused: its ready jobs wait in it."""
+    held: int = 0
+    """Its jobs set aside while their job type is paused (parked: not counted in ``depth``)."""
 
 
 @dataclass(frozen=True)
@@ -81,12 +88,15 @@ class WorkerState:
 
 @dataclass(frozen=True)
 class ServerState:
-    """One Redis server: its queues (in the order asked), its live workers, and the leases lost or dying."""
+    """One Redis server: its queues (in the order asked), its live workers, the leases lost or dying,
+    what is paused, and how many jobs of each job type are parked."""
 
     queues: list[QueueState]
     workers: list[WorkerState]
     dying: int
     lost: int
+    pauses: list[Pause] = field(default_factory=list)
+    held: dict[str, int] = field(default_factory=dict)
 
 
 def text(value: Any) -> str:
@@ -107,14 +117,6 @@ def age(stamp: Any, now: dt.datetime) -> float | None:
     if then is None:
         return None
     return max((now - then).total_seconds(), 0.0)
-
-
-def by_server(queues: Sequence[str]) -> list[list[str]]:
-    """``queues`` grouped by the Redis server that holds them, in order."""
-    servers: dict[str, list[str]] = {}
-    for queue in queues:
-        servers.setdefault(connection_identity(queue), []).append(queue)
-    return list(servers.values())
 
 
 def server_connections(queues: Sequence[str]) -> list[tuple[list[str], Redis]]:
@@ -155,7 +157,10 @@ def read(
     """Queues, workers and leases of one server. ``retry_sample`` scheduled jobs per queue are looked
     at to count retries (attempt > 0); ``current_jobs`` reads what each worker runs."""
     counts, sample_ids, worker_keys, dying, lost = _counts(connection, queues, retry_sample)
+    pauses, parked = Store.of(connection).pause_state()
     with connection.pipeline(transaction=False) as pipe:
+        for queue, name in parked:
+            pipe.llen(keys.parked_key(queue, name))
         for (_, heads, *_), sample in zip(counts, sample_ids, strict=True):
             for head in heads:
                 pipe.hget(job_key(text(head)), "enqueued_at")
@@ -164,6 +169,7 @@ def read(
         for key in worker_keys:
             pipe.hgetall(key)
         replies = iter(pipe.execute(raise_on_error=False))
+    held = [(queue, name, _length(next(replies))) for queue, name in parked]
     states = [
         _queue(name, count, sample, replies, now)
         for name, count, sample in zip(queues, counts, sample_ids, strict=True)
@@ -171,7 +177,25 @@ def read(
     # A worker whose hash expired is dead, even if the set still names it: skip it, change nothing.
     records = [(key, r) for key, r in zip(worker_keys, replies, strict=True) if isinstance(r, dict) and r]
     workers = _workers(connection, records, now, current_jobs)
-    return ServerState(states, workers, dying, lost)
+    by_type: dict[str, int] = {}
+    for _, name, count in held:
+        by_type[name] = by_type.get(name, 0) + count
+    return ServerState(_paused(states, pauses, held), workers, dying, lost, pauses, by_type)
+
+
+def _length(reply: Any) -> int:
+    return reply if isinstance(reply, int) else 0  # a parked list of the wrong type holds nothing of ours
+
+
+def _paused(
+    states: list[QueueState], pauses: list[Pause], held: list[tuple[str, str, int]]
+) -> list[QueueState]:
+    """The queues with their pause and their parked jobs."""
+    queue_pauses = {pause.name: pause for pause in pauses if pause.kind == "queue"}
+    parked: dict[str, int] = {}
+    for queue, _, count in held:
+        parked[queue] = parked.get(queue, 0) + count
+    return [replace(q, paused=queue_pauses.get(q.name), held=parked.get(q.name, 0)) for q in states]
 
 
 def _counts(

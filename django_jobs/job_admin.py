@@ -16,7 +16,7 @@ from redis.exceptions import RedisError
 from . import cancellation, redaction, results, retrying
 from .conf import jobs_settings
 from .exceptions import JobDoesNotExist
-from .models import DeadLetter, OutboxEntry
+from .models import BatchMember, DeadLetter, OutboxEntry
 from .store import CancelResult, valid_job_id
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class JobPages:
         return HttpResponseRedirect(reverse("admin:django_jobs_deadletter_job", args=[job_id]))
 
     def job_view(self: _Admin, request: HttpRequest, job_id: str) -> HttpResponse:
-        """Any job by id: its record in Redis, its outbox row, the dead letters it links to."""
+        """Any job by id: its record in Redis, its outbox row, the dead letters and batch it links to."""
         self._require(self.has_view_permission(request))
         if not valid_job_id(job_id):
             raise Http404("Not a job id.")
@@ -65,7 +65,8 @@ class JobPages:
         except RedisError as exc:
             error = f"Redis did not answer: {exc}"
         in_outbox = OutboxEntry.objects.filter(pk=job_id).exists()
-        if state is None and not (error or in_outbox or origin or died):
+        member = BatchMember.objects.filter(job_id=job_id).select_related("batch").first()
+        if state is None and not (error or in_outbox or origin or died or member):
             raise Http404(f"No job {job_id} is known: never enqueued, or its record expired.")
         return self._render(
             request,
@@ -74,6 +75,7 @@ class JobPages:
             job_id=job_id,
             origin=origin,
             died=died,
+            member=member,
             state=state,
             error=error,
             in_outbox=in_outbox,

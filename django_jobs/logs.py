@@ -17,11 +17,18 @@ from typing import Any
 from redis import Redis
 
 from .conf import jobs_settings
+from .eviction import server_name
 from .store import Claimed
 
 logger = logging.getLogger("django_jobs.worker")
 
-_LEVELS = {"success": logging.INFO, "cancelled": logging.INFO, "dead": logging.ERROR}
+_LEVELS = {
+    "success": logging.INFO,
+    "cancelled": logging.INFO,
+    "snoozed": logging.INFO,
+    "expired": logging.INFO,
+    "dead": logging.ERROR,
+}
 
 
 def exception_path(exc: BaseException) -> str:
@@ -71,10 +78,16 @@ def _text_value(value: object) -> str:
 
 
 def log_outcome(
-    outcome: str, name: str, claimed: Claimed, duration: float, exc: BaseException | None = None
+    outcome: str,
+    name: str,
+    claimed: Claimed,
+    duration: float,
+    exc: BaseException | None = None,
+    *,
+    snooze: float | None = None,
 ) -> None:
     """Log how one attempt ended (``outcome`` is an ``outcomes.Outcome``); failures are WARNING,
-    dead letters ERROR, a cancel (asked for) INFO."""
+    dead letters ERROR, a cancel (asked for), a snooze (``snooze``: seconds it waits) and an expiry INFO."""
     level = _LEVELS.get(str(outcome), logging.WARNING)
     if not logger.isEnabledFor(level):
         return  # the line would be dropped: skip building it, on every job
@@ -86,6 +99,8 @@ def log_outcome(
         "outcome": str(outcome),
         "duration": round(duration, 6),
     }
+    if snooze is not None:
+        fields["snooze"] = round(snooze, 3)
     if exc is not None:
         fields["error"] = f"{exception_path(exc)}: {exception_text(exc)}"
     if jobs_settings.LOG_FORMAT == "json":
@@ -136,7 +151,6 @@ def _configured() -> bool:
 
 
 def redis_location(connection: Redis) -> str:
-    """``host:port/db`` (or the socket path) of a client, for the start-up line; never the password."""
-    kwargs = connection.connection_pool.connection_kwargs
-    where = kwargs.get("path") or f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-    return f"{where}/{kwargs.get('db', 0)}"
+    """``host:port/db`` (or the socket, or ``sentinel:<master name>``) of a client, for the start-up
+    line; never the password."""
+    return server_name(connection).removeprefix("redis://")

@@ -15,15 +15,20 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
+from .store import Pause
+
 JOBS_TOTAL = Counter(
     "django_jobs_jobs",
-    "Job attempts by outcome (success, retry, dead, timeout, lost, cancelled).",
+    "Job attempts by outcome (success, retry, dead, timeout, lost, cancelled, snoozed), and jobs dropped "
+    "unrun because they expired (expired).",
     ["job", "queue", "outcome"],
 )
 DURATION = Histogram(
@@ -68,6 +73,21 @@ LEDGER_REPUSHED = Counter(
 LEDGER_SETTLED = Counter(
     "django_jobs_ledger_settled", "Ledger rows removed because their job finished.", ["queue"]
 )
+REDIS_UP = Gauge(
+    "django_jobs_worker_redis_up",
+    "1 while runjobs reaches a Redis server whose queues it serves, 0 while it has set the server aside "
+    "as down (its queues wait; the other servers' are served).",
+    ["server"],
+    multiprocess_mode="livemax",
+)
+BATCH_CALLBACKS = Counter(
+    "django_jobs_batch_callbacks",
+    "Batch callbacks enqueued, once per batch and kind: on_success (every member succeeded) and "
+    "on_complete (every member ended).",
+    ["kind"],
+)
+#: The ``kind`` label of BATCH_CALLBACKS.
+BATCH_CALLBACK_KINDS = ("success", "complete")
 _ALL = (
     JOBS_TOTAL,
     DURATION,
@@ -78,6 +98,8 @@ _ALL = (
     UNREPLICATED,
     LEDGER_REPUSHED,
     LEDGER_SETTLED,
+    REDIS_UP,
+    BATCH_CALLBACKS,
 )
 #: Counters, histograms and summaries add up across processes, so dead processes' files can be merged.
 _ADDITIVE = ("counter", "histogram", "summary")
@@ -123,6 +145,38 @@ def ledger(queue: str, *, repushed: int = 0, settled: int = 0) -> None:
     LEDGER_SETTLED.labels(queue).inc(settled)
 
 
+def batch_callback(kind: str) -> None:
+    """A batch fired: its callback of this kind was enqueued."""
+    BATCH_CALLBACKS.labels(kind).inc()
+
+
+def pause_families(queues: Iterable[str], pauses: Iterable[Pause], now: float) -> list[GaugeMetricFamily]:
+    """The pause gauges, read at scrape time by the web side and by ``runjobs --metrics-port`` alike:
+    seconds each of ``queues`` has been paused (0 while it runs), and each paused job type."""
+    queue = GaugeMetricFamily(
+        "django_jobs_queue_paused_seconds",
+        "Seconds since the queue was paused (0 while it runs): its jobs wait, no worker takes them.",
+        labels=["queue"],
+    )
+    job = GaugeMetricFamily(
+        "django_jobs_job_paused_seconds",
+        "Seconds since the job type was paused (only paused types): its jobs are parked as they come up.",
+        labels=["job"],
+    )
+    ages: dict[tuple[str, str], float] = {("queue", name): 0.0 for name in queues}
+    for pause in pauses:
+        if pause.kind == "job" or (pause.kind, pause.name) in ages:
+            ages[pause.kind, pause.name] = max(ages.get((pause.kind, pause.name), 0.0), pause.seconds(now))
+    for (kind, name), seconds in sorted(ages.items()):
+        (queue if kind == "queue" else job).add_metric([name], seconds)
+    return [queue, job]
+
+
+def redis_up(server: str, up: bool) -> None:
+    """runjobs found a server it serves down (``up`` False), or answering again."""
+    REDIS_UP.labels(server).set(1 if up else 0)
+
+
 def use_multiprocess(directory: str) -> None:
     """Keep this process's values, and those of processes it forks later, in ``directory``.
 
@@ -138,9 +192,19 @@ def use_multiprocess(directory: str) -> None:
     values.ValueClass = values.MultiProcessValue()  # a fresh one: its files go to ``directory``
 
 
-def initialise(queues: Sequence[str], jobs: Iterable[tuple[str, str]], outcomes: Iterable[str]) -> None:
-    """Create every series at zero, so ``rate()`` and ``increase()`` see a job's first failure."""
+def initialise(
+    queues: Sequence[str],
+    jobs: Iterable[tuple[str, str]],
+    outcomes: Iterable[str],
+    servers: Iterable[str] = (),
+) -> None:
+    """Create every series at zero, so ``rate()`` and ``increase()`` see a job's first failure; each
+    server is up until runjobs finds it down."""
     outcomes = list(outcomes)
+    for server in servers:
+        REDIS_UP.labels(server).set(1)
+    for kind in BATCH_CALLBACK_KINDS:
+        BATCH_CALLBACKS.labels(kind)
     for queue in queues:
         BUSY.labels(queue).set(0)
         VANISHED.labels(queue)
@@ -168,12 +232,15 @@ class _Files:
             return list(MultiProcessCollector(None, self.directory).collect())
 
 
-def registry() -> CollectorRegistry:
-    """The registry ``runjobs`` serves: the sum over the supervisor and all its work processes."""
+def registry(*collectors: Any) -> CollectorRegistry:
+    """The registry ``runjobs`` serves: the sum over the supervisor and all its work processes, and
+    ``collectors`` read at scrape time (the pause gauges)."""
     if _directory is None:
         raise RuntimeError("use_multiprocess() was not called")
     combined = CollectorRegistry()
     combined.register(_Files(_directory))
+    for collector in collectors:
+        combined.register(collector)
     return combined
 
 

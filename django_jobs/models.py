@@ -27,6 +27,12 @@ class OutboxEntry(models.Model):
     trace = models.TextField(
         default="", db_default="", blank=True, help_text="The enqueuer's trace context, if it had one."
     )
+    expires = models.FloatField(
+        default=0, db_default=0, help_text="Unix time after which the job is dropped unrun; 0 means never."
+    )
+    batch = models.CharField(
+        max_length=36, default="", db_default="", blank=True, help_text="The batch the job is a member of."
+    )
     limit_key = models.CharField(
         max_length=100, default="", db_default="", blank=True, help_text="The key its limits count under."
     )
@@ -89,6 +95,8 @@ class DeadLetter(models.Model):
         VANISHED = "vanished", "vanished from Redis"
         """The job's id was in a queue, a lease, the scheduled or the dying set, but its hash was gone
         (eviction, a deleted key); nothing more can run."""
+        SNOOZED = "snoozed", "snoozed too often"
+        """The job snoozed more often than its max_snoozes (JOBS["MAX_SNOOZES"]) allows."""
 
     job_id = models.CharField(max_length=64, unique=True)
     job_name = models.CharField(max_length=200, db_index=True)
@@ -145,6 +153,7 @@ class DeadLetter(models.Model):
             ("view_queue_overview", "Can view the queue overview"),
             ("cancel_job", "Can cancel jobs"),
             ("retry_job", "Can retry jobs now"),
+            ("pause_queue", "Can pause and resume queues and job types"),
         ]
 
     def __str__(self) -> str:
@@ -207,3 +216,117 @@ class Chain(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.id}"
+
+
+class Batch(models.Model):
+    """Jobs enqueued together, whose callbacks run once every one of them has ended.
+
+    Written in the same transaction as its members' outbox rows: a rolled-back batch never exists,
+    a committed one is never lost. Its counters move only by conditional UPDATEs (see ``batches``).
+    """
+
+    class Status(models.TextChoices):
+        OPEN = "open", "open"
+        """Some member has not ended yet."""
+        SUCCEEDED = "succeeded", "succeeded"
+        """Every member succeeded: both callbacks were enqueued."""
+        FAILED = "failed", "failed"
+        """Every member ended, at least one without success: only ``on_complete`` was enqueued."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=200, blank=True, help_text="A label for the admin.")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.OPEN)
+    total = models.PositiveIntegerField(default=0, help_text="Members enqueued in the batch's block.")
+    succeeded = models.PositiveIntegerField(default=0)
+    ended = models.PositiveIntegerField(default=0, help_text="Members that ended without success.")
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True, help_text="When its last member ended.")
+
+    class Meta:
+        verbose_name_plural = "batches"
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "-created_at"], name="djjobs_batch_status_created")]
+
+    def __str__(self) -> str:
+        return f"{self.name or 'batch'} {self.id}"
+
+    @property
+    def pending(self) -> int:
+        """Members that have not ended yet."""
+        return max(self.total - self.succeeded - self.ended, 0)
+
+
+class BatchMember(models.Model):
+    """One job of a batch. It leaves ``pending`` once, by a conditional UPDATE, however often its
+    job runs; a dead-lettered member that is requeued before the batch fired is pending again, as
+    the requeued job."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        """Its job has not ended yet (queued, running, retrying, or waiting in the outbox)."""
+        SUCCEEDED = "succeeded", "succeeded"
+        """Its job succeeded."""
+        ENDED = "ended", "ended"
+        """Its job ended without success; ``reason`` says how."""
+
+    class Reason(models.TextChoices):
+        DEAD_LETTERED = "dead-lettered", "dead-lettered"
+        """Its job failed for good; a requeue of its dead letter before the batch fires makes it pending."""
+        CANCELLED = "cancelled", "cancelled"
+        """Its job was cancelled, dropped unrun at its expiry, or replaced by a debounced enqueue."""
+        EXPIRED = "expired", "expired"
+        """Its job is gone from Redis without a trace: never pushed (a unique duplicate), evicted, or
+        its record expired before any runjobs saw how it ended."""
+
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="members")
+    job_id = models.CharField(max_length=64, unique=True)
+    job_name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    reason = models.CharField(max_length=20, choices=Reason.choices, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # The sweep reads pending members in id order: O(pending), never O(history).
+        indexes = [models.Index(fields=["state", "id"], name="djjobs_member_state")]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.job_id}"
+
+
+class BatchCallback(models.Model):
+    """A batch's ``on_success`` or ``on_complete`` job: enqueued once, when the batch fires, and
+    marked run in the transaction its code runs in, so a second delivery of it does nothing."""
+
+    class Kind(models.TextChoices):
+        SUCCESS = "success", "on_success"
+        """Runs if every member succeeded."""
+        COMPLETE = "complete", "on_complete"
+        """Runs once every member ended, however."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", "pending"
+        """The batch has members that have not ended."""
+        ENQUEUED = "enqueued", "enqueued"
+        """The batch fired: the callback's job is on its queue (or retrying, or dead-lettered)."""
+        RAN = "ran", "ran"
+        """Its code returned and its transaction committed."""
+        SKIPPED = "skipped", "skipped"
+        """``on_success`` of a batch a member of which did not succeed: it never runs."""
+
+    batch = models.ForeignKey(Batch, on_delete=models.CASCADE, related_name="callbacks")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    job_name = models.CharField(max_length=200)
+    queue = models.CharField(max_length=100)
+    args = models.JSONField(default=list, blank=True, help_text="Encoded, after the batch.")
+    kwargs = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    job_id = models.CharField(max_length=64, blank=True, help_text="The job enqueued, then the one that ran.")
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    ran_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["batch", "kind"], name="djjobs_batch_callback_once")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.job_name}"

@@ -43,6 +43,8 @@ def row(envelope: Envelope) -> OutboxEntry:
         options=envelope.options(),
         priority=envelope.priority,
         trace=envelope.trace,
+        expires=envelope.expires,
+        batch=envelope.batch,
         limit_key=envelope.limit_key,
     )
 
@@ -51,7 +53,8 @@ def envelope(entry: OutboxEntry) -> Envelope:
     """The envelope an outbox row holds; raises if the row breaks a rule an envelope checks."""
     return Envelope(
         entry.id, entry.job_name, entry.queue, entry.data, entry.timeout, entry.due, entry.created_at,
-        **entry.options, priority=entry.priority, trace=entry.trace, limit_key=entry.limit_key,
+        **entry.options, priority=entry.priority, trace=entry.trace, expires=entry.expires, batch=entry.batch,
+        limit_key=entry.limit_key,
     )  # fmt: skip
 
 

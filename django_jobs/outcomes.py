@@ -24,7 +24,7 @@ from django.dispatch import Signal
 from . import metrics, stats
 from .logs import log_outcome
 from .policy import Verdict
-from .signals import job_cancelled, job_failed, job_retrying, job_succeeded
+from .signals import job_cancelled, job_expired, job_failed, job_retrying, job_snoozed, job_succeeded
 from .store import Claimed, Store
 
 logger = logging.getLogger("django_jobs.worker")
@@ -39,6 +39,8 @@ class Outcome(enum.StrEnum):
     TIMEOUT = "timeout"
     LOST = "lost"
     CANCELLED = "cancelled"  # never retried, never dead-lettered
+    SNOOZED = "snoozed"  # runs again after its snooze; the attempt is given back, not a failure
+    EXPIRED = "expired"  # dropped unrun by a claim: it had not started by its expiry (attempt 0)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ class Judgement:
 class AttemptEnded:
     """One attempt's end, as every subscriber sees it. ``duration`` is None for an attempt that never
     ran here (undecodable, or settled for a dead work process or an expired lease); ``judgement`` and
-    ``history`` are set for a failure; ``bury`` says a dead letter is due (the job is in "dying")."""
+    ``history`` are set for a failure; ``bury`` says a dead letter is due (the job is in "dying").
+    ``fenced``: the store refused this end, as whoever took the lease back settled (and published) the
+    attempt already; :func:`publish` passes it to no subscriber, so no attempt is counted twice."""
 
     name: str
     job_id: str
@@ -71,8 +75,9 @@ class AttemptEnded:
     judgement: Judgement | None = None
     history: Sequence[dict[str, Any]] = field(default=())
     bury: bool = False
-    retry_in: float | None = None  # seconds until the next attempt, for a failure that will retry
+    retry_in: float | None = None  # seconds until the next attempt, for a failure that will retry or a snooze
     result: str | None = None  # a success's return value as JSON, if its job keeps results
+    fenced: bool = False
 
 
 Subscriber = Callable[[AttemptEnded], object]
@@ -98,7 +103,9 @@ def connect(subscribers: Sequence[tuple[str, Subscriber]]) -> None:
 
 
 def publish(event: AttemptEnded) -> None:
-    """Hand ``event`` to every subscriber in order, each isolated from the others."""
+    """Hand ``event`` to every subscriber in order, each isolated from the others; a fenced end to none."""
+    if event.fenced:
+        return
     for what, subscriber in list(_subscribers):
         isolated(f"{what} for job {event.name} {event.job_id}", functools.partial(subscriber, event))
 
@@ -117,13 +124,19 @@ def send(signal: Signal, name: str, claimed: Claimed, **kwargs: Any) -> None:
 
 
 def notify(event: AttemptEnded) -> None:
-    """The job's signals, wherever the outcome was decided: ``job_succeeded``, ``job_cancelled``, or
-    ``job_failed`` and, when the job will run again, ``job_retrying``."""
+    """The job's signals, wherever the outcome was decided: ``job_succeeded``, ``job_cancelled``,
+    ``job_snoozed``, ``job_expired``, or ``job_failed`` and, when the job will run again, ``job_retrying``."""
     if event.outcome is Outcome.SUCCESS:
         send(job_succeeded, event.name, event.claimed, duration=event.duration)
         return
     if event.outcome is Outcome.CANCELLED:
         send(job_cancelled, event.name, event.claimed, duration=event.duration)
+        return
+    if event.outcome is Outcome.SNOOZED:
+        send(job_snoozed, event.name, event.claimed, duration=event.duration, delay=event.retry_in)
+        return
+    if event.outcome is Outcome.EXPIRED:
+        send(job_expired, event.name, event.claimed, expires_at=event.claimed.record.expires)
         return
     send(job_failed, event.name, event.claimed, duration=event.duration, exception=event.exception)
     if event.retry_in is not None:
@@ -140,11 +153,14 @@ def count(event: AttemptEnded) -> None:
 
 def record(event: AttemptEnded) -> None:
     """The dashboard's hourly and daily counts."""
-    stats.record(event.name, event.outcome.value)
+    stats.record(event.name, event.outcome.value, event.queue)
 
 
 def log(event: AttemptEnded) -> None:
-    """The one log line per attempt."""
+    """The one log line per attempt; a snooze says how long the job waits, not an error."""
+    if event.outcome is Outcome.SNOOZED:
+        log_outcome(event.outcome, event.name, event.claimed, event.duration or 0.0, snooze=event.retry_in)
+        return
     log_outcome(event.outcome, event.name, event.claimed, event.duration or 0.0, event.exception)
 
 

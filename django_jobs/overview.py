@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from . import inspect, registry, stats
 from .connections import queue_configs
 from .models import DeadLetter, OutboxEntry
+from .store import Pause
 
 #: Scheduled jobs looked at per queue to tell retries (attempt > 0) from delayed jobs.
 RETRY_SAMPLE = 200
@@ -29,6 +30,9 @@ class JobTypeState:
     stats: stats.JobStats
     dead_hour: int
     dead_day: int
+    paused: Pause | None = None
+    held: int = 0
+    """Its jobs parked while it is paused, on every server."""
 
     @property
     def chart(self) -> SafeString:
@@ -59,6 +63,18 @@ class Overview:
     lost: int = 0
     outbox: int = 0
     errors: list[str] = field(default_factory=list)
+    pauses: list[Pause] = field(default_factory=list)
+    """What is paused, queues then job types, each once."""
+    held: dict[str, int] = field(default_factory=dict)
+    """Parked jobs per job type, on every server."""
+
+    @property
+    def paused(self) -> list[tuple[Pause, int]]:
+        """Each pause with the jobs it holds: a queue's waiting and parked jobs, a job type's parked ones."""
+        queues = {queue.name: queue.depth + queue.held for queue in self.queues}
+        return [
+            (p, queues.get(p.name, 0) if p.kind == "queue" else self.held.get(p.name, 0)) for p in self.pauses
+        ]
 
 
 def _add(overview: Overview, server: inspect.ServerState) -> None:
@@ -78,9 +94,15 @@ def _add(overview: Overview, server: inspect.ServerState) -> None:
     ]
     overview.dying += server.dying
     overview.lost += server.lost
+    known = {(p.kind, p.name) for p in overview.pauses}
+    overview.pauses += [p for p in server.pauses if (p.kind, p.name) not in known]
+    for name, count in server.held.items():
+        overview.held[name] = overview.held.get(name, 0) + count
 
 
-def _job_types(per_job: dict[str, stats.JobStats], now: dt.datetime) -> list[JobTypeState]:
+def _job_types(
+    overview: Overview, per_job: dict[str, stats.JobStats], now: dt.datetime
+) -> list[JobTypeState]:
     hour_ago, day_ago = now - dt.timedelta(hours=1), now - dt.timedelta(days=1)
     dead = {
         row["job_name"]: row
@@ -89,13 +111,16 @@ def _job_types(per_job: dict[str, stats.JobStats], now: dt.datetime) -> list[Job
         .values("job_name")
         .annotate(day=Count("pk"), hour=Count("pk", filter=Q(created_at__gte=hour_ago)))
     }
-    names = {job.name for job in registry.all_jobs()} | set(per_job) | set(dead)
+    paused = {p.name: p for p in overview.pauses if p.kind == "job"}
+    names = {job.name for job in registry.all_jobs()} | set(per_job) | set(dead) | set(paused)
     rows = [
         JobTypeState(
             name=name,
             stats=per_job.get(name, stats.JobStats()),
             dead_hour=dead[name]["hour"] if name in dead else 0,
             dead_day=dead[name]["day"] if name in dead else 0,
+            paused=paused.get(name),
+            held=overview.held.get(name, 0),
         )
         for name in names
     ]
@@ -120,7 +145,8 @@ def snapshot(now: dt.datetime | None = None) -> Overview:
         except RedisError as exc:
             overview.errors.append(f"Redis for {', '.join(queues)} did not answer: {exc}")
     overview.outbox = OutboxEntry.objects.count()
-    overview.jobs = _job_types(per_job, now)
+    overview.pauses.sort(key=lambda p: (p.kind != "queue", p.name))
+    overview.jobs = _job_types(overview, per_job, now)
     return overview
 
 

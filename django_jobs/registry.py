@@ -19,7 +19,7 @@ from asgiref.sync import iscoroutinefunction
 from croniter import croniter
 
 from .conf import jobs_settings
-from .envelope import Call, Options, check_priority
+from .envelope import Call, Options, check_expires, check_priority, expiry
 from .exceptions import ConfigurationError, JobNotFound, LimitKeyError
 from .policy import RetryPolicy
 from .results import JobHandle
@@ -79,6 +79,8 @@ class Job(Generic[P, R]):
     is_async: bool = False
     priority: int = 0
     limit_key: Callable[..., object] | None = None
+    expires: float | None = None  # seconds after each enqueue: not started by then, dropped unrun
+    max_snoozes: int | None = None  # None: JOBS["MAX_SNOOZES"]
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """A plain call runs the function inline, as if it were not a job."""
@@ -102,6 +104,11 @@ class Job(Generic[P, R]):
                 f"Job {self.name!r}: its limit_key raised {type(exc).__name__}: {exc}"
             ) from exc
         return _limit_text(self.name, value)
+
+    @property
+    def snooze_cap(self) -> int:
+        """How often this job may snooze in all, ``max_snoozes`` or ``JOBS["MAX_SNOOZES"]`` read now."""
+        return self.max_snoozes or jobs_settings.MAX_SNOOZES
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Queue one run; inside a transaction it reaches Redis only if the transaction commits."""
@@ -138,6 +145,7 @@ class Job(Generic[P, R]):
         debounce: float = 0.0,
         queue: str = "",
         priority: int | None = None,
+        expires: float | dt.timedelta | dt.datetime | None = None,
     ) -> BoundJob[P, R]:
         """Enqueue with options: ``job.options(unique_key="sync:42", debounce=5).enqueue(42)``.
 
@@ -145,11 +153,13 @@ class Job(Generic[P, R]):
         dropped. With ``debounce`` (seconds) the job waits that long and a newer enqueue with the
         same key within the window replaces it: the last one wins. ``queue``: another queue than
         the job's own (any ``runjobs`` serving it runs the job: workers look jobs up by name).
-        ``priority`` (-100 to 100) replaces the job's own for this enqueue.
+        ``priority`` (-100 to 100) replaces the job's own for this enqueue. ``expires`` (seconds or a
+        timedelta after the enqueue, or an aware datetime) replaces the job's own expiry: a job that
+        has not started by then is dropped unrun (status canceled, outcome ``expired``).
         """
-        settings = Options(
-            delay=delay, unique_key=unique_key, debounce=debounce, queue=queue, priority=priority
-        )
+        expires_in, expires_at = expiry(expires) if expires is not None else (0.0, 0.0)
+        settings = Options(delay=delay, unique_key=unique_key, debounce=debounce, queue=queue,
+                           priority=priority, expires_in=expires_in, expires_at=expires_at)  # fmt: skip
         return BoundJob(self, database, settings)
 
 
@@ -253,6 +263,16 @@ def _check_rate(name: str, rate: object) -> tuple[int, float] | None:
     return parsed
 
 
+def _check_snoozing(
+    name: str, expires: float | dt.timedelta | None, max_snoozes: object
+) -> tuple[float | None, int | None]:
+    if max_snoozes is not None and (
+        isinstance(max_snoozes, bool) or not isinstance(max_snoozes, int) or max_snoozes < 1
+    ):
+        raise ValueError(f"@job {name!r}: max_snoozes must be a positive int, got {max_snoozes!r}.")
+    return (check_expires(expires, f"@job {name!r}") if expires is not None else None), max_snoozes
+
+
 def _check_cron(name: str, fn: Callable[..., Any], cron: object, catch_up: str) -> str | None:
     if catch_up not in ("skip", "once"):
         raise ValueError(f"@job {name!r}: cron_catch_up is 'skip' or 'once', got {catch_up!r}.")
@@ -267,21 +287,30 @@ def _check_cron(name: str, fn: Callable[..., Any], cron: object, catch_up: str) 
     return cron
 
 
-def limits_json() -> str:
+def limits_json(paused: Iterable[str] = ()) -> str:
     """The limits of every registered name, aliases included, as the claim script reads them:
     ``{name: [concurrency, rate count, rate period, canonical name]}``, with a fifth item, true, for
-    a job with ``limit_key``: its limits hold for each key value, not for the job type.
+    a job with ``limit_key`` (its limits hold for each key value, not for the job type), and a sixth,
+    true, for the job types named in ``paused`` (current names), whose jobs the claim parks (the fifth
+    is then false without ``limit_key``).
 
-    The claim script keys its slot and rate counters by the canonical name, so a job still queued
-    under an old alias shares its limits with the jobs queued under the current name.
+    The claim script keys its slot and rate counters and parked lists by the canonical name, so a job
+    still queued under an old alias shares its limits and its pause with the jobs queued under the
+    current name. A paused name this process does not know is held all the same.
     """
-    limits = {
+    held = set(paused)
+    limits: dict[str, list[Any]] = {
         key: [d.concurrency or 0, d.rate[0] if d.rate else 0, d.rate[1] if d.rate else 1, d.name]
         + ([True] if d.limit_key is not None else [])
         for key, d in _registry.items()
-        if d.concurrency or d.rate
+        if d.concurrency or d.rate or d.name in held
     }
-    return json.dumps(limits)
+    for name in held:
+        limits.setdefault(name, [0, 0, 1, name])
+    for limit in limits.values():
+        if limit[3] in held:
+            limit[4:] = [limit[4:5] == [True], True]
+    return json.dumps(limits, sort_keys=True)
 
 
 def limit_scope(record: JobRecord) -> Scope | None:
@@ -334,6 +363,8 @@ def job(
     store_result: bool = False,
     priority: int = 0,
     limit_key: Callable[..., object] | None = None,
+    expires: float | dt.timedelta | None = None,
+    max_snoozes: int | None = None,
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -354,6 +385,8 @@ def job(
     store_result: bool = False,
     priority: int = 0,
     limit_key: Callable[..., object] | None = None,
+    expires: float | dt.timedelta | None = None,
+    max_snoozes: int | None = None,
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a function as a job. ``timeout`` is required; ``retry`` defaults to ``JOBS["DEFAULT_RETRY"]``.
 
@@ -361,27 +394,25 @@ def job(
     waits, spending no attempt), for each key with ``limit_key`` (the job's arguments -> a short str or
     int); ``cron`` ("*/5 * * * *") fires it once per period (``cron_catch_up``: "skip" or "once");
     ``store_result`` keeps its JSON return value; of a queue's ready jobs the highest ``priority``
-    (-100 to 100) starts first. Problems that do not depend on settings raise ValueError.
+    (-100 to 100) starts first. ``expires`` (seconds or a timedelta after each enqueue) drops a run
+    that has not started by then; ``max_snoozes`` caps how often it may ``Snooze`` in all (default
+    ``JOBS["MAX_SNOOZES"]``). Problems that do not depend on settings raise ValueError.
     """
 
     def decorate(fn: Callable[P, R]) -> Job[P, R]:
         job_name = name or f"{fn.__module__}.{fn.__qualname__}"
         _check_names(job_name, queue, aliases, retry)
+        snoozing = _check_snoozing(job_name, expires, max_snoozes)
         definition = Job(
-            func=fn,
-            name=job_name,
-            queue=queue,
-            timeout=_check_timeout(job_name, timeout),
-            retry=retry,
-            permanent=_check_permanent(job_name, permanent),
-            aliases=tuple(aliases),
+            func=fn, name=job_name, queue=queue, timeout=_check_timeout(job_name, timeout), retry=retry,
+            permanent=_check_permanent(job_name, permanent), aliases=tuple(aliases),
             **_check_limits(job_name, concurrency, rate, limit_key),
-            cron=_check_cron(job_name, fn, cron, cron_catch_up),
-            cron_catch_up=cron_catch_up,
+            cron=_check_cron(job_name, fn, cron, cron_catch_up), cron_catch_up=cron_catch_up,
             store_result=bool(store_result),
             is_async=iscoroutinefunction(fn),  # also a function marked as one (markcoroutinefunction)
             priority=check_priority(priority, f"@job {job_name!r}"),
-        )
+            expires=snoozing[0], max_snoozes=snoozing[1],
+        )  # fmt: skip
         _register(definition)
         return definition
 

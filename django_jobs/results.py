@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,10 @@ class JobState:
     worker_ids: tuple[str, ...]
     due_at: dt.datetime | None = None  # when a scheduled job (a retry, a delayed job) is due
     cancel_requested_at: dt.datetime | None = None  # when a running job was asked to stop (cancel())
+    paused: bool = False  # queued, but waiting for its queue or its job type to be resumed
+    snoozes: int = 0  # how often it snoozed (each snooze gave its attempt back)
+    expires_at: dt.datetime | None = None  # not started by then, it is dropped unrun
+    expired: bool = False  # dropped unrun, status CANCELED: it had not started by expires_at
     limit_key: str | None = None  # the key its job type's limits count it under (@job(limit_key=...))
     parked: bool = False  # queued, waiting for its key's turn (see limit_key)
 
@@ -63,7 +67,7 @@ class JobState:
         return self.status is Status.FINISHED
 
     @classmethod
-    def from_record(cls, record: JobRecord, due: float | None = None) -> JobState:
+    def from_record(cls, record: JobRecord, due: float | None = None, paused: bool = False) -> JobState:
         try:
             _, args, kwargs = payload.loads(record.data)
         except PayloadError:
@@ -86,8 +90,12 @@ class JobState:
             worker_ids=tuple(w for w in record.text("dj_workers").split("\n") if w),
             due_at=dt.datetime.fromtimestamp(due, dt.UTC) if due is not None else None,
             cancel_requested_at=record.time("dj_cancel"),
+            paused=paused,
+            snoozes=record.snoozes,
+            expires_at=record.expires,
+            expired=record.expired,
             limit_key=record.text("dj_limit_key") or None,
-            parked=record.status is Status.QUEUED and "dj_parked" in record.fields,
+            parked=record.status is Status.QUEUED and "dj_line" in record.fields,
         )
 
 
@@ -122,6 +130,22 @@ def _stores(queue: str | None) -> Iterator[Store]:
     return (Store.of(connection) for connection in servers(queue))
 
 
+def statuses(queues: Mapping[str, str]) -> dict[str, str | None]:
+    """The status field of each job (id -> queue) in its queue's Redis, one round trip per queue:
+    None where its hash is gone, "" where the key is not a hash. A job of a queue missing from
+    ``RQ_QUEUES`` is left out."""
+    from .connections import get_connection, queue_configs
+
+    by_queue: dict[str, list[str]] = {}
+    for job_id, queue in queues.items():
+        by_queue.setdefault(queue, []).append(job_id)
+    found: dict[str, str | None] = {}
+    for queue, ids in by_queue.items():
+        if queue in queue_configs():
+            found.update(Store.of(get_connection(queue)).statuses(ids))
+    return found
+
+
 def get_job(job_id: str, *, queue: str | None = None) -> JobState:
     """The job with this id, read now. ``queue`` saves looking on every Redis server.
 
@@ -133,7 +157,8 @@ def get_job(job_id: str, *, queue: str | None = None) -> JobState:
         record = store.record(job_id)
         if record.exists:
             due = store.due_at(job_id, record.queue) if record.status is Status.SCHEDULED else None
-            return JobState.from_record(record, due)
+            paused = record.status is Status.QUEUED and store.held(record)
+            return JobState.from_record(record, due, paused)
     raise JobDoesNotExist(
         f"No job {job_id} exists: the id is unknown, or the job ended more than "
         "JOBS['FINISHED_TTL'] seconds ago and its record was removed."

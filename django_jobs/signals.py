@@ -21,5 +21,15 @@ job_retrying = Signal()
 #: Sent when an attempt ends cancelled: the job raised ``JobCancelled``, its work process was killed
 #: after ``JOBS["CANCEL_GRACE"]``, or it failed once its cancel had been requested.
 job_cancelled = Signal()
+#: sender=job name; kwargs: job_id, queue, attempt, duration, delay (seconds until it runs again).
+#: Sent when an attempt snoozed (raised or returned ``Snooze``): the attempt was given back.
+job_snoozed = Signal()
+#: sender=job name; kwargs: job_id, queue, attempt (0: it never started), expires_at (aware datetime).
+#: Sent when a claim dropped the job unrun because it had not started by its expiry.
+job_expired = Signal()
 #: sender=job name; kwargs: dead_letter (the DeadLetter row).
 job_dead_lettered = Signal()
+#: sender=job name; kwargs: dead_letter (the DeadLetter row, now requeued), job_id (the new job's id).
+#: Sent inside the requeue's transaction, before the new job is delivered: a receiver that raises
+#: rolls the requeue back.
+job_requeued = Signal()

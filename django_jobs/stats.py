@@ -5,7 +5,8 @@ No table of outcomes exists, and none is needed: each settled attempt adds one t
 * ``djjobs:stats:m:<YYYYmmddHHMM>`` per minute, kept two hours (the sliding last hour), and
 * ``djjobs:stats:h:<YYYYmmddHH>`` per hour, kept 26 hours (the last day, and the chart's bars),
 
-with fields ``<job name>|<outcome>``. Reading costs 84 HGETALLs in one round trip, however many jobs ran.
+with fields ``<job name>|<outcome>``, on the Redis server of the job's queue (the overview adds every
+server's up). Reading costs 84 HGETALLs in one round trip per server, however many jobs ran.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import datetime as dt
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from redis import Redis
 from redis.exceptions import RedisError
 
+from .exceptions import ConfigurationError
 from .store import keys
 
 logger = logging.getLogger("django_jobs.stats")
@@ -28,50 +31,66 @@ HOUR_TTL = 26 * 3600
 HOURS = 24
 SUCCESS = "success"
 CANCELLED = "cancelled"
+SNOOZED = "snoozed"
+EXPIRED = "expired"
 
 
 minute_key = keys.stats_minute
 hour_key = keys.stats_hour
 
 
-# Outcomes recorded in this process and not yet written: (minute, "<job>|<outcome>") -> count.
-# Work processes add one per job and write them in one pipeline at most once a second, so the
-# counters cost no Redis round trip per job.
-_pending: Counter[tuple[dt.datetime, str]] = Counter()
+# Outcomes recorded in this process and not yet written: (queue, minute, "<job>|<outcome>") -> count.
+# Work processes add one per job and write them in one pipeline per Redis server at most once a
+# second, so the counters cost no Redis round trip per job. Each count goes to its queue's server.
+_pending: Counter[tuple[str, dt.datetime, str]] = Counter()
 _flushed_at = 0.0
 FLUSH_EVERY = 1.0
 
 
-def record(job: str, outcome: str, now: dt.datetime | None = None) -> None:
+def record(job: str, outcome: str, queue: str, now: dt.datetime | None = None) -> None:
     """Count one attempt's outcome (``outcomes.Outcome`` values), to be written by :func:`flush`."""
     minute = (now or dt.datetime.now(dt.UTC)).replace(second=0, microsecond=0)
-    _pending[(minute, f"{job}|{outcome}")] += 1
+    _pending[(queue, minute, f"{job}|{outcome}")] += 1
 
 
-def flush(connection: Redis, *, every: float = FLUSH_EVERY) -> None:
-    """Write the recorded outcomes if ``every`` seconds passed since the last write. Best effort: a
-    Redis error keeps them for the next call and is never raised."""
+def flush(where: Callable[[str], Redis | None], *, every: float = FLUSH_EVERY) -> None:
+    """Write the recorded outcomes if ``every`` seconds passed since the last write, each to the Redis
+    ``where(queue)`` names (None: not now, e.g. that server is down). Best effort: what a Redis did
+    not take is kept for the next call, and nothing is raised."""
     global _flushed_at
     if not _pending or time.monotonic() - _flushed_at < every:
         return
-    batch = dict(_pending)
-    try:
-        with connection.pipeline(transaction=False) as pipe:
-            keys: dict[str, int] = {}
-            for (minute, name), n in batch.items():
-                for key, ttl in ((minute_key(minute), MINUTE_TTL), (hour_key(minute), HOUR_TTL)):
-                    pipe.hincrby(key, name, n)
-                    keys[key] = ttl
-            for key, ttl in keys.items():
-                pipe.expire(key, ttl)
-            pipe.execute()
-    except RedisError as exc:
-        logger.debug("Outcome counters not written yet: %s", exc)
-        return
-    _pending.subtract(batch)
+    servers: dict[int, tuple[Redis, dict[tuple[str, dt.datetime, str], int]]] = {}
+    for item, n in _pending.items():
+        try:
+            connection = where(item[0])
+        except ConfigurationError:  # no queue at all to write to: keep the counts
+            continue
+        if connection is not None:
+            servers.setdefault(id(connection), (connection, {}))[1][item] = n
+    for connection, batch in servers.values():
+        try:
+            _write(connection, batch)
+        except RedisError as exc:
+            logger.debug("Outcome counters not written yet: %s", exc)
+            continue
+        _pending.subtract(batch)
     for item in [k for k, v in _pending.items() if v <= 0]:
         del _pending[item]
-    _flushed_at = time.monotonic()
+    _flushed_at = time.monotonic()  # a server that failed is tried again in a second, not at every job
+
+
+def _write(connection: Redis, batch: dict[tuple[str, dt.datetime, str], int]) -> None:
+    """Add ``batch`` to one server's minute and hour hashes, in one pipeline."""
+    with connection.pipeline(transaction=False) as pipe:
+        keys: dict[str, int] = {}
+        for (_, minute, name), n in batch.items():
+            for key, ttl in ((minute_key(minute), MINUTE_TTL), (hour_key(minute), HOUR_TTL)):
+                pipe.hincrby(key, name, n)
+                keys[key] = ttl
+        for key, ttl in keys.items():
+            pipe.expire(key, ttl)
+        pipe.execute()
 
 
 def forget() -> None:
@@ -80,9 +99,9 @@ def forget() -> None:
 
 
 def count(connection: Redis, job: str, outcome: str, now: dt.datetime | None = None) -> None:
-    """Record one outcome and write everything recorded at once."""
-    record(job, outcome, now)
-    flush(connection, every=0)
+    """Record one outcome and write everything recorded at once, to ``connection``."""
+    record(job, outcome, "", now)
+    flush(lambda queue: connection, every=0)
 
 
 @dataclass
@@ -92,12 +111,20 @@ class Tally:
     """Failed attempts of any kind: retried, timed out, lost or dead-lettered."""
     cancelled: int = 0
     """Attempts ended by a cancel: asked for, so not failures."""
+    snoozed: int = 0
+    """Attempts that snoozed: the job runs again later; not failures."""
+    expired: int = 0
+    """Jobs dropped unrun because they had not started by their expiry: no attempt, no failure."""
 
     def add(self, outcome: str, n: int) -> None:
         if outcome == SUCCESS:
             self.successes += n
         elif outcome == CANCELLED:
             self.cancelled += n
+        elif outcome == SNOOZED:
+            self.snoozed += n
+        elif outcome == EXPIRED:
+            self.expired += n
         else:
             self.failures += n
 

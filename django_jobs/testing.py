@@ -19,7 +19,8 @@ from . import execution, registry, stats
 from .backends import capture
 from .backends.capture import Captured, CapturedJob
 from .conf import jobs_settings
-from .connections import get_connection, queue_configs
+from .connections import by_server, get_connection, home, queue_configs
+from .pausing import Held
 from .store import Finished, Store
 
 __all__ = ["Captured", "CapturedJob", "capture_jobs", "immediate_jobs", "run_jobs"]
@@ -52,17 +53,26 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
     """Run the jobs waiting in Redis now, in this process, through the worker's own code path.
 
     Due retries and delayed jobs are promoted first. There is no hard timeout here (no
-    supervisor), but the soft timeout still applies. Returns the number of attempts run.
+    supervisor), but the soft timeout still applies. Paused queues and job types wait, as they do
+    for ``runjobs``. Queues on several Redis servers are run one server after the other, in the order
+    of their first queue. Returns the number of attempts run.
     """
-    names = list(queues or queue_configs())
-    store = Store.of(get_connection(names[0]))
-    limits = registry.limits_json()
-    store.maintain(names, limits)
     ran = 0
+    for names in by_server(list(queues or queue_configs())):
+        ran += _run_server(Store.of(get_connection(names[0])), names, limit - ran)
+    stats.flush(home, every=0)
+    return ran
+
+
+def _run_server(store: Store, names: list[str], limit: int) -> int:
+    """:func:`run_jobs` on the queues of one Redis server."""
+    store.maintain(names, registry.limits_json())
+    ran = 0
+    active, limits = Held(store, names).claim()
     finished: Finished | None = None
     while ran < limit:
-        _, claimed = store.complete_and_claim(
-            names,
+        claim = store.complete_and_claim(
+            active,
             finished=finished,
             worker_name="django_jobs.testing",
             lease_seconds=jobs_settings.LEASE_SECONDS,
@@ -70,11 +80,12 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
             finished_ttl=jobs_settings.FINISHED_TTL,
             limits=limits,
         )
+        execution.publish_expired(store, claim.expired)
+        claimed = claim.claimed
         if claimed is None:
             break
         ran += 1
         finished = execution.completion(execution.run(store, claimed))
     if finished is not None:
         store.complete(finished, jobs_settings.FINISHED_TTL)
-    stats.flush(store.connection, every=0)
     return ran

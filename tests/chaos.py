@@ -1,4 +1,5 @@
-"""Things tests break on purpose: a private Redis server and a cuttable TCP proxy to PostgreSQL."""
+"""Things tests break on purpose: a private Redis server, and a TCP proxy (to Redis or PostgreSQL)
+that can be cut or partitioned."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+
+import redis
 
 
 def free_port() -> int:
@@ -47,9 +50,10 @@ def wait_port(port: int, up: bool = True, timeout: float = 10) -> None:
 class RedisServer:
     """A redis-server of our own on a spare loopback port. Its append-only file survives a stop."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *options: str) -> None:
         self.port = free_port()
         self.directory = directory
+        self.options = options  # more redis-server options, e.g. "--cluster-enabled", "yes"
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -59,7 +63,7 @@ class RedisServer:
     def start(self) -> None:
         self.proc = subprocess.Popen(
             ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.directory)],
+             "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.directory), *self.options],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         wait_port(self.port)
@@ -89,7 +93,14 @@ class RedisServer:
 
 
 class CuttableProxy:
-    """Forwards a loopback port to a target; ``cut()`` drops every connection and refuses new ones."""
+    """Forwards a loopback port to a target.
+
+    ``cut()`` drops every connection and refuses new ones, as a target that went away does: the peers
+    learn of it at once. ``partition()`` lets nothing through either way while every connection stays
+    open and new ones are accepted, as a network that silently drops packets does: each side learns of
+    it only by its own timeouts. ``heal()`` then delivers what was held back, as TCP's retransmissions
+    would (so a request its sender gave up on may still land), and lets traffic flow again.
+    """
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
@@ -97,6 +108,8 @@ class CuttableProxy:
         self._listener: socket.socket | None = None
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._flowing = threading.Event()
+        self._flowing.set()
 
     def start(self) -> None:
         listener = socket.create_server(("127.0.0.1", self.port), reuse_port=True)
@@ -109,6 +122,7 @@ class CuttableProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
+            self._flowing.wait()  # a connection opened across a partition reaches the target after it
             try:
                 upstream = socket.create_connection(("127.0.0.1", self.target_port))
             except OSError:
@@ -119,11 +133,12 @@ class CuttableProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
+                self._flowing.wait()
                 sink.sendall(data)
+        self._flowing.wait()  # a close crosses the network like data
         with contextlib.suppress(OSError):
             sink.shutdown(socket.SHUT_RDWR)
 
@@ -141,6 +156,27 @@ class CuttableProxy:
                     sock.shutdown(socket.SHUT_RDWR)
                 sock.close()
             self._sockets.clear()
+        self._flowing.set()  # a partition ends with the proxy: nothing waits on it any more
 
     def restore(self) -> None:
         self.start()
+
+    def partition(self) -> None:
+        self._flowing.clear()
+
+    def heal(self) -> None:
+        self._flowing.set()
+
+
+def converged(client: redis.Redis) -> dict[str, int]:
+    """What is left in a Redis once every job ended: all of it should be 0."""
+    leases = {m.decode() for m in client.zrange("djjobs:leases", 0, -1)}
+    slots = [m.decode() for key in client.keys("djjobs:slots:*") for m in client.zrange(key, 0, -1)]
+    return {
+        "leases": len(leases),
+        "live slots": sum(1 for token in slots if token in leases),
+        "lost": client.zcard("djjobs:lost"),
+        "dying": client.zcard("djjobs:dying"),
+        "queued": sum(client.llen(k) for k in client.keys("rq:queue:*")),
+        "scheduled": sum(client.zcard(k) for k in client.keys("rq:scheduled:*")),
+    }

@@ -80,6 +80,19 @@ def wait_for(predicate: Callable[[], object], timeout: float = 20, interval: flo
         time.sleep(interval)
 
 
+def outcome_count(name: str, outcome: str, queue: str = "default") -> float:
+    """This process's job counter for one outcome of one job (read alone: the default registry holds
+    the web-side gauges, which would read Redis)."""
+    from prometheus_client import CollectorRegistry
+
+    from django_jobs import metrics
+
+    local = CollectorRegistry()
+    local.register(metrics.JOBS_TOTAL)
+    labels = {"job": name, "queue": queue, "outcome": outcome}
+    return local.get_sample_value("django_jobs_jobs_total", labels) or 0.0
+
+
 class Runjobs:
     """``manage.py runjobs`` in a subprocess, pointed at this test's databases and Redis."""
 
@@ -163,6 +176,19 @@ def private_redis(tmp_path: Path, settings) -> Iterator[RedisServer]:
     server = RedisServer(tmp_path)
     server.start()
     settings.RQ_QUEUES = {name: {**config, "URL": server.url} for name, config in settings.RQ_QUEUES.items()}
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def emails_redis(tmp_path: Path, settings) -> Iterator[RedisServer]:
+    """A Redis server of this test's own for the queue "emails", the other queues staying where they
+    are: queues on two Redis servers. Listed after ``private_redis``, both servers are private."""
+    directory = tmp_path / "emails"
+    directory.mkdir()
+    server = RedisServer(directory)
+    server.start()
+    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "emails": {**settings.RQ_QUEUES["emails"], "URL": server.url}}
     yield server
     server.close()
 

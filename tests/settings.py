@@ -87,6 +87,9 @@ RQ_QUEUES = {
     "default": {**_REDIS, "SERIALIZER": "rq.serializers.JSONSerializer"},
     "emails": {**_REDIS, "SERIALIZER": "rq.serializers.JSONSerializer"},
 }
+# {queue: url}: queues that live on another Redis server (the sharding tests' runjobs).
+for _queue, _url in json.loads(os.environ.get("JOBS_TEST_QUEUE_URLS", "{}")).items():
+    RQ_QUEUES[_queue] = {"URL": _url, "SERIALIZER": "rq.serializers.JSONSerializer"}
 JOBS = {
     "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins", "tests.testapp.alerts.remember"],
     "LEASE_SECONDS": float(os.environ.get("JOBS_TEST_LEASE", "3")),
@@ -99,6 +102,7 @@ JOBS = {
     "ALLOW_EVICTION": os.environ.get("JOBS_TEST_ALLOW_EVICTION") == "1",
     "DEFAULT_DURABILITY": os.environ.get("JOBS_TEST_DURABILITY", "fast"),
     "LEDGER_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_LEDGER_SWEEP", "10")),
+    "BATCH_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_BATCH_SWEEP", "10")),
 }
 # Django's Tasks framework: django.tasks on Django 6.0; on 5.2 the django_tasks backport, when installed.
 _TASKS_FRAMEWORK = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import inspect
 from collections.abc import Iterator, Sequence
@@ -10,7 +11,7 @@ from typing import Any
 
 from .. import payload, registry
 from ..envelope import Envelope
-from ..exceptions import JobNotFound
+from ..exceptions import JobNotFound, Snooze
 from . import deferral
 
 
@@ -24,6 +25,12 @@ class CapturedJob:
     args: list[Any]
     kwargs: dict[str, Any]
     priority: int = 0
+    expires_at: dt.datetime | None = None  # when it would be dropped unrun if it had not started
+
+    @property
+    def expired(self) -> bool:
+        """Whether its expiry has passed: a worker would drop it rather than run it now."""
+        return self.expires_at is not None and self.expires_at <= dt.datetime.now(dt.UTC)
 
 
 @dataclass
@@ -60,9 +67,15 @@ class Captured:
         return matches[0]
 
     def run(self) -> None:
-        """Run the captured jobs now, in order, through their registered functions."""
+        """Run the captured jobs now, in order, through their registered functions; one whose expiry
+        has passed is skipped, as a worker would drop it, and a ``Snooze`` a job returns is raised,
+        as it is when raised (nothing here waits)."""
         for captured in self.jobs:
-            registry.get(captured.name).func(*captured.args, **captured.kwargs)
+            if captured.expired:
+                continue
+            value = registry.get(captured.name).func(*captured.args, **captured.kwargs)
+            if isinstance(value, Snooze):
+                raise value
 
 
 def _bound(name: str, args: list[Any], kwargs: dict[str, Any]) -> object:
@@ -92,7 +105,8 @@ def _record(envelopes: Sequence[Envelope]) -> None:
     for envelope in envelopes:
         name, args, kwargs = payload.loads(envelope.data)
         for captured in active or [default_capture]:
-            job = CapturedJob(envelope.id, name, envelope.queue, args, kwargs, envelope.priority)
+            expires = dt.datetime.fromtimestamp(envelope.expires, dt.UTC) if envelope.expires else None
+            job = CapturedJob(envelope.id, name, envelope.queue, args, kwargs, envelope.priority, expires)
             captured.jobs.append(job)
 
 

@@ -1,5 +1,8 @@
 """The "immediate" backend: run each job inline, at commit inside a transaction; what the job
-raises propagates to the code that enqueued it (or to the commit), as a test wants."""
+raises propagates to the code that enqueued it (or to the commit), as a test wants.
+
+A job runs at once, so its expiry never passes. A ``Snooze`` it raises or returns is raised to the
+caller, like any exception: nothing here waits or runs it again, and a test can assert the snooze."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from collections.abc import Sequence
 
 from .. import invocation, payload, registry
 from ..envelope import Envelope
+from ..exceptions import Snooze
 from . import deferral
 
 
@@ -16,6 +20,8 @@ def _run(envelopes: Sequence[Envelope]) -> None:
         name, args, kwargs = payload.loads(envelope.data)
         job = registry.get(name)
         value = invocation.call(job.func, args, kwargs, timeout=job.timeout, is_async=job.is_async)
+        if isinstance(value, Snooze):
+            raise value
         if job.store_result:
             invocation.result_json(name, value)  # a value the worker could not store fails here too
 

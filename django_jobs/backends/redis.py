@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -36,36 +36,49 @@ logger = logging.getLogger("django_jobs.enqueue")
 
 @dataclass(frozen=True)
 class Pushed:
-    """What a push did: ids that were already there (or duplicates), and the jobs of "replicated"
-    queues that no enough replicas confirmed within ``REPLICA_TIMEOUT``."""
+    """What a push did: ids that were already there (or duplicates), the jobs of "replicated" queues
+    that no enough replicas confirmed within ``REPLICA_TIMEOUT``, and the jobs whose Redis did not
+    answer (with its error): one server down does not hold back the others' pushes."""
 
     seen: set[str]
     unconfirmed: list[Envelope]
+    failed: list[Envelope] = field(default_factory=list)
+    error: RedisError | None = None
 
 
 def push(envelopes: Sequence[Envelope]) -> Pushed:
     """Push envelopes to Redis, one round trip per queue, each at its queue's durability level."""
     seen: set[str] = set()
     unconfirmed: list[Envelope] = []
+    failed: list[Envelope] = []
+    error: RedisError | None = None
     by_queue: dict[str, list[Envelope]] = {}
     for envelope in envelopes:
         by_queue.setdefault(envelope.queue, []).append(envelope)
     for queue, group in by_queue.items():
-        store = Store.of(get_connection(queue))
-        if jobs_settings.durability(queue) != REPLICATED:
-            seen |= store.push(group)
-            continue
-        confirmed = push_confirmed(store, group, jobs_settings.REPLICAS, jobs_settings.REPLICA_TIMEOUT)
-        seen |= confirmed.seen
-        if confirmed.replicas < jobs_settings.REPLICAS:
-            unconfirmed += group
-            metrics.unreplicated(queue, len(group))
-            logger.warning(
-                "%d job(s) of queue %s reached %d of %d replica(s) within %g s; they keep an outbox row "
-                "until replicas confirm them.",
-                len(group), queue, confirmed.replicas, jobs_settings.REPLICAS, jobs_settings.REPLICA_TIMEOUT,
-            )  # fmt: skip
-    return Pushed(seen, unconfirmed)
+        try:
+            seen |= _push_queue(queue, group, unconfirmed)
+        except RedisError as exc:
+            failed += group
+            error = exc
+    return Pushed(seen, unconfirmed, failed, error)
+
+
+def _push_queue(queue: str, group: list[Envelope], unconfirmed: list[Envelope]) -> set[str]:
+    """Push one queue's envelopes at its level; adds those replicas did not confirm to ``unconfirmed``."""
+    store = Store.of(get_connection(queue))
+    if jobs_settings.durability(queue) != REPLICATED:
+        return store.push(group)
+    confirmed = push_confirmed(store, group, jobs_settings.REPLICAS, jobs_settings.REPLICA_TIMEOUT)
+    if confirmed.replicas < jobs_settings.REPLICAS:
+        unconfirmed += group
+        metrics.unreplicated(queue, len(group))
+        logger.warning(
+            "%d job(s) of queue %s reached %d of %d replica(s) within %g s; they keep an outbox row "
+            "until replicas confirm them.",
+            len(group), queue, confirmed.replicas, jobs_settings.REPLICAS, jobs_settings.REPLICA_TIMEOUT,
+        )  # fmt: skip
+    return confirmed.seen
 
 
 def ledger(envelopes: Sequence[Envelope]) -> list[Envelope]:
@@ -82,13 +95,12 @@ def _flush(conn: BaseDatabaseWrapper) -> None:
     envelopes = list(outbox.take_committed(conn).values())
     if not envelopes:
         return
-    try:
-        push(envelopes)
-    except RedisError:
+    failed = push(envelopes)
+    if failed.error is not None:
         logger.warning(
-            "Redis is unreachable after commit; %d job(s) stay in the outbox for the runjobs relay.",
-            len(envelopes),
-            exc_info=True,
+            "Redis is unreachable after commit (%s); %d job(s) stay in the outbox for the runjobs relay.",
+            failed.error,
+            len(failed.failed),
         )
 
 
@@ -112,15 +124,15 @@ def _push_or_store(envelopes: list[Envelope], alias: str) -> None:
     kept = ledger(envelopes)
     if kept:
         outbox.store(alias, kept)
-    try:
-        pushed = push(envelopes)
-    except RedisError:
-        logger.warning("Redis is unreachable; %d job(s) go to the outbox.", len(envelopes), exc_info=True)
-        ids = {e.id for e in kept}
-        outbox.store(alias, [e for e in envelopes if e.id not in ids])
-        return
-    if pushed.unconfirmed:
-        outbox.store(alias, pushed.unconfirmed)
+    pushed = push(envelopes)
+    ids = {e.id for e in kept}
+    waiting = pushed.unconfirmed + [e for e in pushed.failed if e.id not in ids]
+    if pushed.error is not None:
+        logger.warning(
+            "Redis is unreachable (%s); %d job(s) go to the outbox.", pushed.error, len(pushed.failed)
+        )
+    if waiting:
+        outbox.store(alias, waiting)
 
 
 def deliver(envelopes: Sequence[Envelope], alias: str | None, using: str | None) -> None:

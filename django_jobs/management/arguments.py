@@ -1,16 +1,24 @@
 """Argument types for the app's commands: a bad value is one argparse error line, never a traceback.
 
 argparse reports an ``ArgumentTypeError`` as ``error: argument --x: <message>`` (exit code 2; a
-``CommandError`` under ``call_command``), so every check of a value belongs in its type.
+``CommandError`` under ``call_command``), so every check of a value belongs in its type. And the
+user a command that changes something acts as, for the audit trail (:func:`audited_user`).
 """
 
 from __future__ import annotations
 
+import getpass
 import math
 from argparse import ArgumentTypeError
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from django.core.management.base import CommandError
 
 from ..store import valid_job_id
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import AbstractBaseUser
 
 #: The largest id a database integer column holds (a bigger one overflows the query, not the filter).
 MAX_ID = 2**63 - 1
@@ -47,8 +55,37 @@ def real(low: float, *, strictly: bool = False) -> Callable[[str], float]:
     return parse
 
 
+def bounded_text(limit: int) -> Callable[[str], str]:
+    """Text of at most ``limit`` characters."""
+
+    def parse(text: str) -> str:
+        if len(text) > limit:
+            raise ArgumentTypeError(f"at most {limit} characters, got {len(text)}")
+        return text
+
+    return parse
+
+
 def job_id(text: str) -> str:
     """A job id: letters, digits, ``_`` and ``-``, 1 to 64 of them (the id rule)."""
     if not valid_job_id(text):
         raise ArgumentTypeError(f"not a job id: {text[:70]!r} (letters, digits, _ and -, 1 to 64 of them)")
     return text
+
+
+def audited_user(username: str | None, permission: str) -> AbstractBaseUser:
+    """The admin user a change is recorded under (default: the login name), who must hold the same
+    ``permission`` as in the admin."""
+    from django.contrib.auth import get_user_model
+
+    username = username or getpass.getuser()
+    users = get_user_model()._default_manager
+    try:
+        user: AbstractBaseUser = users.get_by_natural_key(username)
+    except get_user_model().DoesNotExist:
+        raise CommandError(
+            f"No admin user {username!r}: every change is audited; pass --user with your admin username."
+        ) from None
+    if not user.is_active or not user.has_perm(permission):  # type: ignore[attr-defined]
+        raise CommandError(f"User {username!r} lacks the {permission!r} permission.")
+    return user

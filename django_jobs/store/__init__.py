@@ -16,7 +16,20 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import Beat, CancelResult, Claimed, Finished, Pushable, Scope, Settled, Store, VanishedId, load
+from .machine import (
+    Beat,
+    CancelResult,
+    Claim,
+    Claimed,
+    Finished,
+    Pause,
+    Pushable,
+    Scope,
+    Settled,
+    Store,
+    VanishedId,
+    load,
+)
 from .record import (
     JOB_ID,
     JobRecord,
@@ -42,9 +55,11 @@ __all__ = [
     "VANISHED",
     "Beat",
     "CancelResult",
+    "Claim",
     "Claimed",
     "Finished",
     "JobRecord",
+    "Pause",
     "Pushable",
     "Scope",
     "Settled",

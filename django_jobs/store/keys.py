@@ -22,12 +22,18 @@ django_jobs adds what RQ lacks:
   takes the highest priority first and, within one priority, the first pushed (``lua/ready.lua``);
   a claim takes ``high``, then the list, then ``low``.
 * ``djjobs:wake:<q>``    wake-up tokens, so idle workers block on BLPOP without popping real jobs.
+* ``djjobs:paused``      what is paused on this server: field ``queue:<q>`` or ``job:<name>`` (a job type's
+  current name), value JSON ``{"at": Redis time, "by": who, "reason": why}``. A work process leaves a
+  paused queue out of its claims; a claim that pops a job of a paused type parks it in
+  ``djjobs:paused:<q>:<name>`` (a list, in the order popped; the hash gets ``dj_parked``), and
+  ``djjobs:paused:lists`` is the set (JSON ``[queue, name]``) of the parked lists that may hold jobs.
 * ``djjobs:unique:<k>``  the job holding a unique key; ``djjobs:slots:<scope>`` and
   ``djjobs:rate:<scope>:<window>`` the concurrency slots and rate counters of a limit's scope: a job
   type (its canonical name), or with ``limit_key`` one key value of it (``<name>\n<value>``).
 * ``djjobs:parked:<q>``  the lines of ``<q>`` that hold jobs parked over their key's limit: each member
   a scope ``<name>\n<value>``, scored by when maintenance next looks at it; the line itself is the
-  sorted set ``djjobs:parked:<q>\n<name>\n<value>`` of its job ids, scored by their turn.
+  sorted set ``djjobs:parked:<q>\n<name>\n<value>`` of its job ids, scored by their turn (the hash
+  gets ``dj_line``, its scope, and ``dj_turn``).
 * ``djjobs:primary``     the identity (run_id, replication id) of the server last seen as primary,
   and when it last changed: a failover or a restart that may have lost acknowledged writes;
   ``djjobs:replmark`` a counter a "replicated" push bumps, so its ``WAIT`` covers what came before.
@@ -49,6 +55,8 @@ LOST = "djjobs:lost"
 DYING = "djjobs:dying"
 VANISHED = "djjobs:vanished"
 ALERT_DUE = "djjobs:alertdue"
+PAUSED = "djjobs:paused"
+PARKED = "djjobs:paused:lists"
 PRIMARY = "djjobs:primary"
 REPLICATION_MARK = "djjobs:replmark"
 #: Prefixes of the alert keys of one fingerprint (a script scanning ALERT_DUE appends the fingerprint).
@@ -83,6 +91,16 @@ def waiting_keys(job_id: str, queue: str) -> list[str]:
     """A job's hash, then every place it can wait in ``queue``: its scheduled set and ready places
     (the KEYS the cancel and run-now scripts share)."""
     return [job_key(job_id), scheduled_key(queue), *ready_keys(queue)]
+
+
+def pause_field(kind: str, name: str) -> str:
+    """The field of :data:`PAUSED` that pauses a queue (``kind`` "queue") or a job type ("job")."""
+    return f"{kind}:{name}"
+
+
+def parked_key(queue: str, name: str) -> str:
+    """Where the claim parks the jobs of ``queue`` whose type ``name`` is paused, in the order popped."""
+    return f"djjobs:paused:{queue}:{name}"
 
 
 def wip_key(queue: str) -> str:

@@ -13,12 +13,13 @@ import datetime as dt
 import enum
 import functools
 import json
+import math
 import string
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from redis import Redis
 from redis.commands.core import Script
@@ -100,6 +101,10 @@ _CANCEL_REPLIES = {
 }
 
 
+#: Cancels of a job that a claim parks (or a resume releases) under it, before one gives up.
+_CANCEL_TRIES = 10
+
+
 class Settled(enum.IntEnum):
     """How a fenced end of an attempt (a failure, a hand-back) landed: the fail and release scripts' reply."""
 
@@ -114,6 +119,45 @@ class Beat:
 
     gone: set[str]
     cancelled: set[str]
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A queue (``kind`` "queue") or a job type ("job", by its current name) that is paused, as the
+    paused hash records it: since when (Redis time), by whom and why."""
+
+    kind: str
+    name: str
+    at: float | None  # Unix time; None if the record cannot be read (the pause holds all the same)
+    by: str
+    reason: str
+
+    @classmethod
+    def parse(cls, field: bytes, raw: bytes) -> Pause | None:
+        """A pause from one field of the paused hash; None for a field that names no queue or job.
+        Garbage in the value still pauses (the claim asks only whether the field exists)."""
+        kind, _, name = to_text(field).partition(":")
+        if kind not in PAUSE_KINDS or not name:
+            return None
+        try:
+            record = json.loads(raw)
+            at = float(record["at"])
+            by, reason = str(record.get("by", "")), str(record.get("reason", ""))
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return cls(kind, name, None, "", "(unreadable pause record)")
+        return cls(kind, name, at if math.isfinite(at) else None, by, reason)
+
+    @property
+    def since(self) -> dt.datetime | None:
+        return dt.datetime.fromtimestamp(self.at, dt.UTC) if self.at is not None else None
+
+    def seconds(self, now: float) -> float:
+        """How long it has been paused at ``now`` (Unix time); 0 if its record cannot say."""
+        return max(now - self.at, 0.0) if self.at is not None else 0.0
+
+
+#: What can be paused: a queue, or a job type.
+PAUSE_KINDS = ("queue", "job")
 
 
 @dataclass(frozen=True)
@@ -183,8 +227,19 @@ class Claimed:
 
     @property
     def attempt(self) -> int:
-        """This attempt's number, 1-based (the claim already counted it)."""
+        """This attempt's number, 1-based (the claim already counted it); 0 for a job a claim dropped
+        because it expired before it started."""
         return int_field(self.record.fields, "dj_attempt", 1)
+
+
+class Claim(NamedTuple):
+    """What one claim did: whether the job it completed is finished (False: its lease was gone), the
+    job it claimed, if any, and the jobs it dropped unrun because they expired before they started
+    (read back as claims without a lease: ``token`` empty, ``attempt`` 0)."""
+
+    completed: bool
+    claimed: Claimed | None
+    expired: tuple[Claimed, ...] = ()
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
@@ -193,26 +248,48 @@ def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
     }
 
 
+def _expired(queues: Sequence[str], flat: Sequence[Any] | None) -> tuple[Claimed, ...]:
+    """The jobs a claim dropped because they expired: its reply's (queue number, id, fields) triples."""
+    if not flat:
+        return ()  # the plain path: nothing expired, and the script said so with a nil
+    return tuple(
+        Claimed(queues[int(number) - 1], text(job_id), "", JobRecord(text(job_id), _pairs(fields)))
+        for number, job_id, fields in zip(flat[::3], flat[1::3], flat[2::3], strict=True)
+    )
+
+
 def _flat(fields: dict[str, Any]) -> list[Any]:
     return [item for pair in fields.items() for item in pair]
 
 
-def _limit_arg(limits: str, layout: list[str]) -> str:
+def _limit_arg(limits: str, layout: list[str], queues: Sequence[str] = ()) -> str:
     """The limits argument of the claim and maintenance scripts: ``limits_json()`` with, per name, the
     index in KEYS of its type's slots (appended to ``layout`` once per canonical name; 0 without a
     concurrency limit) and its rate counters' prefix; a name with ``limit_key`` gets 0, the prefixes of
-    rate counters and slots, and its scope's prefix ``<canonical name>\\n`` instead (``lua/fair.lua``)."""
+    rate counters and slots, and its scope's prefix ``<canonical name>\\n`` instead (``lua/fair.lua``).
+    A paused type's name (its sixth item true) also gets (after two falses without ``limit_key``) its
+    field in the paused hash, the index of its first parked list (one per queue of ``queues``,
+    appended to ``layout`` once per canonical name) and its canonical name."""
     slots: dict[str, int] = {}
+    parked: dict[str, int] = {}
     given: dict[str, list[Any]] = json.loads(limits)
     for limit in given.values():
-        concurrency, canonical, keyed = limit[0], limit[3], limit[4:]
-        if keyed:
-            limit[3:] = [0, keys.RATE_PREFIX, keys.SLOTS_PREFIX, keys.limit_scope(canonical, "")]
-            continue
-        if concurrency > 0 and canonical not in slots:
+        concurrency, canonical = limit[0], limit[3]
+        keyed, paused = limit[4:5] == [True], limit[5:6] == [True]
+        if concurrency > 0 and not keyed and canonical not in slots:
             layout.append(keys.slots_key(canonical))
             slots[canonical] = len(layout)
-        limit[3:] = [slots.get(canonical, 0), keys.rate_prefix(canonical)]
+        if paused and canonical not in parked:
+            parked[canonical] = len(layout) + 1
+            layout += [keys.parked_key(queue, canonical) for queue in queues]
+        if keyed:
+            limit[3:] = [0, keys.RATE_PREFIX, keys.SLOTS_PREFIX, keys.limit_scope(canonical, "")]
+        else:
+            limit[3:] = [slots.get(canonical, 0), keys.rate_prefix(canonical)] + (
+                [False, False] if paused else []
+            )
+        if paused:
+            limit += [keys.pause_field("job", canonical), parked[canonical], canonical]
     return json.dumps(given)
 
 
@@ -220,14 +297,15 @@ def _limit_arg(limits: str, layout: list[str]) -> str:
 def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]:
     """The claim script's fixed KEYS for these queues and limits, and its limits argument.
 
-    Worked out once per worker (the arguments do not change between claims), so a claim costs
-    nothing more than it did when the script built the names itself.
+    Worked out once per worker and set of pauses (the arguments do not change between claims), so a
+    claim costs nothing more than it did when the script built the names itself. A limit whose sixth
+    item is true is a paused type's: it gets its field in the paused hash and a parked list per queue.
     """
-    layout = [keys.LEASES, keys.DYING, keys.VANISHED, keys.LOST]
+    layout = [keys.LEASES, keys.DYING, keys.VANISHED, keys.LOST, keys.PAUSED, keys.PARKED]
     for queue in queues:
         layout += [keys.queue_key(queue), keys.scheduled_key(queue), keys.wip_key(queue)]
         layout += [*keys.priority_keys(queue), keys.parked_index(queue)]
-    return layout, _limit_arg(limits, layout)
+    return layout, _limit_arg(limits, layout, queues)
 
 
 @functools.lru_cache(maxsize=64)
@@ -239,7 +317,7 @@ def _maintain_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], s
         layout += [keys.scheduled_key(queue), keys.queue_key(queue), keys.wake_key(queue)]
         layout += [*keys.priority_keys(queue), keys.parked_index(queue)]
     entries = json.loads(_limit_arg(limits, []))  # a type's slots are the claim's business only
-    keyed = [limit for limit in entries.values() if len(limit) == 7]  # see _limit_arg
+    keyed = [limit for limit in entries.values() if len(limit) > 5 and limit[5]]  # see _limit_arg
     return layout, json.dumps({limit[6]: limit for limit in keyed})
 
 
@@ -269,9 +347,12 @@ class Store:
         self._buried = load(connection, "buried")
         self._due = load(connection, "due")
         self._defer = load(connection, "defer")
+        self._snooze = load(connection, "snooze")
         self._cancel = load(connection, "cancel")
         self._run_now = load(connection, "run_now")
         self._move_aside = load(connection, "move_aside")
+        self._pause = load(connection, "pause")
+        self._unpark = load(connection, "unpark")
 
     @classmethod
     def of(cls, connection: Redis) -> Store:
@@ -321,10 +402,11 @@ class Store:
         finished_ttl: int,
         limits: str = "{}",
         limit_wait: float = 0.5,
-    ) -> tuple[bool, Claimed | None]:
+    ) -> Claim:
         """Complete ``finished`` if given, then claim the next job, in one round trip.
 
-        ``limits`` is the JSON of ``registry.limits_json``; a job over its limit is deferred, not claimed.
+        ``limits`` is the JSON of ``registry.limits_json``; a job over its limit is deferred, not
+        claimed, and one that expired before it started is dropped, never run (:attr:`Claim.expired`).
         """
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         layout, limit_arg = _claim_layout(tuple(queues), limits)
@@ -336,23 +418,25 @@ class Store:
         args: list[str | float] = [token, len(queues), stamp, finished_ttl, worker_name, lease_seconds, stamp]
         tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, PARK_RECHECK, *queues]
         reply = self._complete_and_claim(keys=layout + done, args=[*args, *tail, *ended])
-        ok = bool(reply[0])
-        while len(reply) == 2:  # it set a batch of limited jobs aside: look behind them
+        ok, expired = bool(reply[0]), _expired(queues, reply[1])
+        while len(reply) == 3:  # it deferred, parked or dropped a batch of jobs: look behind them
             reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail, "", ""])
-        if len(reply) == 1:
-            return ok, None
-        number, job_id, token_b, flat = reply[1:]
+            expired += _expired(queues, reply[1])
+        if len(reply) == 2:
+            return Claim(ok, None, expired)
+        number, job_id, token_b, flat = reply[2:]
         fields = _pairs(flat)
         fields["dj_attempt"] = str(int_field(fields, "dj_attempt", 0) + 1).encode()  # as the script counted
         record = JobRecord(job_id.decode(), fields)
-        return ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record, worker_name)
+        return Claim(
+            ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record, worker_name), expired
+        )
 
     def complete(self, finished: Finished, finished_ttl: int) -> bool:
         """Mark one attempt finished, claiming nothing (the hot path completes inside the next claim)."""
-        ok, _ = self.complete_and_claim(
+        return self.complete_and_claim(
             [], finished=finished, worker_name="", lease_seconds=0, nonce="", finished_ttl=finished_ttl
-        )
-        return ok
+        ).completed
 
     def fail(
         self,
@@ -387,6 +471,25 @@ class Store:
         args = [token, mode, stamp, finished_ttl, scope.arg() if scope else "", *values]
         return Settled(self._fail(keys=call_keys, args=args))
 
+    def snooze(
+        self, token: str, queue: str, seconds: float, finished_ttl: int, scope: Scope | None = None
+    ) -> Settled:
+        """Reschedule a running job ``seconds`` from now, at its priority, giving back the attempt its
+        claim counted and counting the snooze (``dj_snoozes``), fenced by the lease token like
+        :meth:`fail`; a job whose cancel was requested is cancelled instead. ``scope``: the key
+        (``limit_key``) whose slot it frees for the next parked job, as a retry does."""
+        call_keys = [
+            keys.LEASES,
+            keys.wip_key(queue),
+            keys.job_key(split_token(token)),
+            keys.scheduled_key(queue),
+        ]
+        if scope is not None:
+            call_keys += [keys.LOST, *scope.places(queue), *keys.ready_keys(queue), keys.wake_key(queue)]
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        args: list[str | float] = [token, seconds, stamp, finished_ttl, scope.arg() if scope else ""]
+        return Settled(self._snooze(keys=call_keys, args=args))
+
     def release(self, token: str, queue: str, finished_ttl: int, scope: Scope | None = None) -> Settled:
         """Put a running job back at the head of its queue (of its priority) without spending an
         attempt, keeping its key's slot (``scope``: its ``limit_key``'s); a job whose cancel was
@@ -417,26 +520,88 @@ class Store:
         """Cancel a waiting job, or ask a running one to stop (see ``lua/cancel.lua``).
 
         Two round trips: the job's queue (its hash's ``origin``) names the keys the script is given,
-        and so does the scope of a job waiting its key's turn (``dj_parked``): its line, and the slots
-        where a woken one holds its slot."""
-        try:
-            origin, parked = self.connection.hmget(keys.job_key(job_id), ["origin", "dj_parked"])
-        except ResponseError:  # not a hash: no job of ours
-            return CancelResult.NOT_FOUND
-        if origin is None:
-            return CancelResult.NOT_FOUND
-        queue = text(origin)
-        call_keys = keys.waiting_keys(job_id, queue)
-        if parked:
-            call_keys += [keys.parked_line(queue, text(parked)), keys.slots_key(text(parked))]
-        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
-        return _CANCEL_REPLIES[int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl]))]
+        and so do its parked list, if a paused type parked it (``dj_parked``), and the scope of a job
+        waiting its key's turn (``dj_line``): its line, and the slots where a woken one holds its slot.
+        A job parked or released in between is asked about again."""
+        for _ in range(_CANCEL_TRIES):
+            try:
+                origin, parked, line = self.connection.hmget(
+                    keys.job_key(job_id), ["origin", "dj_parked", "dj_line"]
+                )
+            except ResponseError:  # not a hash: no job of ours
+                return CancelResult.NOT_FOUND
+            if origin is None:
+                return CancelResult.NOT_FOUND
+            queue, name = text(origin), text(parked) if parked is not None else ""
+            call_keys = keys.waiting_keys(job_id, queue) + ([keys.parked_key(queue, name)] if name else [])
+            scope = text(line) if line is not None else ""
+            if scope:
+                call_keys += [keys.parked_line(queue, scope), keys.slots_key(scope)]
+            stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+            reply = int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl, name, scope]))
+            if reply in _CANCEL_REPLIES:
+                return _CANCEL_REPLIES[reply]
+        raise ResponseError(
+            f"Job {job_id} kept moving in and out of a parked list or line; nothing cancelled."
+        )
 
     def run_now(self, job_id: str, queue: str) -> int:
         """Move a scheduled job onto its queue now: 1 moved, 0 it was not scheduled, -1 no such job."""
         call_keys = [*keys.waiting_keys(job_id, queue), keys.wake_key(queue), keys.QUEUES_SET]
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         return int(self._run_now(keys=call_keys, args=[job_id, stamp]))
+
+    def pause(self, kind: str, name: str, *, by: str, reason: str) -> bool:
+        """Pause a queue or a job type on this server (Redis time, who, why); False if it already was,
+        and its record is kept."""
+        return bool(self._pause(keys=[keys.PAUSED], args=[keys.pause_field(kind, name), by, reason]))
+
+    def resume(self, kind: str, name: str) -> bool:
+        """Lift a pause; False if there was none. A job type's parked jobs stay parked until
+        :meth:`unpark` moves them (which it does only once the type is not paused)."""
+        return bool(self.connection.hdel(keys.PAUSED, keys.pause_field(kind, name)))
+
+    def pauses(self) -> list[Pause]:
+        """Every pause on this server: one HGETALL of a small hash."""
+        return _pauses(self.connection.hgetall(keys.PAUSED))  # type: ignore[arg-type]
+
+    def parked_lists(self) -> list[tuple[str, str]]:
+        """(queue, job type) of each parked list that may hold jobs; garbage members are skipped."""
+        return _parked(self.connection.smembers(keys.PARKED))  # type: ignore[arg-type]
+
+    def held(self, record: JobRecord) -> bool:
+        """Whether a queued job waits for a pause to be lifted: it is parked, or its queue or its job
+        type (by the name it was queued under) is paused. One round trip unless it is parked."""
+        if "dj_parked" in record.fields:
+            return True
+        fields = [keys.pause_field("queue", record.queue), keys.pause_field("job", record.name)]
+        try:
+            return any(value is not None for value in self.connection.hmget(keys.PAUSED, fields))
+        except ResponseError:  # the paused hash is garbage (runjobs moves it aside): nothing it says
+            return False
+
+    def pause_state(self) -> tuple[list[Pause], list[tuple[str, str]]]:
+        """:meth:`pauses` and :meth:`parked_lists` in one round trip."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.hgetall(keys.PAUSED)
+            pipe.smembers(keys.PARKED)
+            raw, members = pipe.execute()
+        return _pauses(raw), _parked(members)
+
+    def unpark(self, queue: str, name: str, batch: int = 500) -> tuple[int, int]:
+        """Move up to ``batch`` parked jobs of type ``name`` back to the head of ``queue``, unless the
+        type is paused (see ``lua/unpark.lua``); returns (moved, still parked)."""
+        call_keys = [
+            keys.PAUSED,
+            keys.PARKED,
+            keys.parked_key(queue, name),
+            *keys.ready_keys(queue),
+            keys.wake_key(queue),
+            keys.QUEUES_SET,
+        ]
+        args: list[str | int] = [keys.pause_field("job", name), batch, keys.JOB_PREFIX, queue, name]
+        moved, left = self._unpark(keys=call_keys, args=args)
+        return int(moved), int(left)
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether the job's cancel was requested (it may be running still)."""
@@ -522,6 +687,25 @@ class Store:
             (now_s, now_us), *firsts = pipe.execute()
         dues = [float(first[0][1]) for first in firsts if first]
         return min(dues) - (now_s + now_us / 1e6) if dues else None
+
+
+def _pauses(raw: dict[bytes, bytes]) -> list[Pause]:
+    found = (Pause.parse(field, value) for field, value in raw.items())
+    return sorted((p for p in found if p is not None), key=lambda p: (p.kind, p.name))
+
+
+def _parked(members: Iterable[bytes]) -> list[tuple[str, str]]:
+    """The members of the set of parked lists (JSON ``[queue, name]``, written by the claim script)
+    as pairs, sorted; a member that is not one is skipped."""
+    found = []
+    for member in members:
+        try:
+            queue, name = json.loads(member)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(queue, str) and isinstance(name, str):
+            found.append((queue, name))
+    return sorted(found)
 
 
 def push_calls(

@@ -160,6 +160,24 @@ class JobRecord:
         return int_field(self.fields, "dj_attempt", 0)
 
     @property
+    def snoozes(self) -> int:
+        """How often the job snoozed so far (each snooze gave its attempt back)."""
+        return int_field(self.fields, "dj_snoozes", 0)
+
+    @property
+    def expires(self) -> dt.datetime | None:
+        """When a job that has not started by then is dropped unrun; None if it never expires (or garbage)."""
+        try:
+            return dt.datetime.fromtimestamp(float(self.fields["dj_expires"]), dt.UTC)
+        except (KeyError, ValueError, OverflowError, OSError):
+            return None
+
+    @property
+    def expired(self) -> bool:
+        """Whether the claim dropped it unrun because it expired before it started."""
+        return "dj_expired" in self.fields
+
+    @property
     def worker(self) -> str:
         return self.text("worker_name")
 

@@ -19,7 +19,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.utils import timezone
 
 from .. import execution, registry
-from ..exceptions import JobNotFound, ResultError
+from ..exceptions import JobNotFound, ResultError, Snooze
 from ..results import JobState
 from ..store import Status
 from .framework import Framework, InvalidTaskError
@@ -132,7 +132,10 @@ def _running(task: Any, framework: Framework, args: list[Any], kwargs: dict[str,
 
 def _normalized(task: Any, framework: Framework, value: Any) -> Any:
     """The return value as the framework keeps it (tuples as lists); one it cannot keep fails the
-    attempt with ``ResultError``, a permanent failure: running it again would return it again."""
+    attempt with ``ResultError``, a permanent failure: running it again would return it again. A
+    returned ``Snooze`` is no value: it passes through, and the worker snoozes the task."""
+    if isinstance(value, Snooze):
+        return value
     try:
         return framework.normalize_json(value)
     except (TypeError, ValueError) as exc:

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..connections import connection_identity, get_connection, queue_configs
+from ..connections import by_server, get_connection, queue_configs
 from ..exceptions import ConfigurationError
 from .process import BURST_WAIT
+from .servers import PROBE_TIMEOUT, Server
 from .supervisor import Supervisor
 
 #: The worker's Redis socket timeout: above the 1 s idle BLPOP, low enough to notice a frozen Redis.
 WORKER_SOCKET_TIMEOUT = 10.0
+#: With queues on several Redis servers: a frozen one holds up a claim or a maintenance pass at most
+#: this long, once, before it is set aside and only probed (the idle waits do not use it).
+SHARDED_SOCKET_TIMEOUT = 2.0
 
 
 def build_supervisor(
@@ -21,20 +25,23 @@ def build_supervisor(
     max_jobs: int = 0,
     burst_wait: float = BURST_WAIT,
 ) -> Supervisor:
-    """Check the queues, then build the supervisor that serves them (listed queues come first)."""
+    """Check the queues, then build the supervisor that serves them (listed queues come first), one
+    set of duties per Redis server they live on."""
     names = list(queues) or sorted(queue_configs())
     if not names:
         raise ConfigurationError("No queues to serve: settings.RQ_QUEUES is empty.")
-    identities = {connection_identity(name) for name in names}  # also raises for an unknown queue
-    if len(identities) > 1:
-        raise ConfigurationError(
-            f"Queues {', '.join(names)} live on different Redis servers; run one runjobs per server."
-        )
+    groups = by_server(names)  # also raises for an unknown queue
     if not 0 <= burst_wait < float("inf"):  # NaN fails both comparisons
         raise ConfigurationError(f"--burst-wait must be a finite number at least 0, got {burst_wait:g}.")
     if concurrency < 1:
         raise ConfigurationError(f"--concurrency must be at least 1, got {concurrency}.")
-    connection = get_connection(names[0], socket_timeout=WORKER_SOCKET_TIMEOUT)
-    return Supervisor(
-        connection, names, concurrency=concurrency, burst=burst, max_jobs=max_jobs, burst_wait=burst_wait
-    )
+    timeout = WORKER_SOCKET_TIMEOUT if len(groups) == 1 else SHARDED_SOCKET_TIMEOUT
+    servers = [
+        Server(
+            tuple(group),
+            get_connection(group[0], socket_timeout=timeout),
+            get_connection(group[0], socket_timeout=PROBE_TIMEOUT),
+        )
+        for group in groups
+    ]
+    return Supervisor(servers, concurrency=concurrency, burst=burst, max_jobs=max_jobs, burst_wait=burst_wait)

@@ -27,9 +27,8 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from .. import metrics
+from .. import metrics, results
 from ..conf import LEDGER, jobs_settings
-from ..connections import get_connection, queue_configs
 from ..durability import ledger_queues, outbox_aliases
 from ..models import DeadLetter, OutboxEntry
 from ..store import Status, Store
@@ -55,11 +54,17 @@ def _chunks(items: Sequence[str], size: int = 900) -> Iterable[Sequence[str]]:
 
 
 class Ledger:
-    """Settles and reconciles ledger rows; ``relay`` pushes rows the way the outbox relay does
-    (grouped, one bad row isolated and quarantined) and returns the queues whose Redis was down."""
+    """Settles and reconciles the ledger rows of one Redis server's queues (``owns(queue)``);
+    ``relay`` pushes rows the way the outbox relay does (grouped, one bad row isolated and
+    quarantined) and returns the queues whose Redis was down."""
 
-    def __init__(self, store: Store, relay: Callable[[str, list[OutboxEntry]], set[str]]) -> None:
-        self.store, self.relay = store, relay
+    def __init__(
+        self,
+        store: Store,
+        relay: Callable[[str, list[OutboxEntry]], set[str]],
+        owns: Callable[[str], bool] = lambda queue: True,
+    ) -> None:
+        self.store, self.relay, self.owns = store, relay, owns
         self.watched: dict[str, str] = {}  # job id -> queue, of attempts started under this runjobs
         self.identity: tuple[str, str] | None = None
         self.reachable = True
@@ -72,6 +77,10 @@ class Ledger:
                 self.watched.pop(next(iter(self.watched)))
             self.watched[job_id] = queue
 
+    def lost_contact(self) -> None:
+        """Redis did not answer: once it does again, sweep (rows committed meanwhile were not pushed)."""
+        self.reachable = False
+
     # --- settling what ran here ------------------------------------------------------------------
 
     def settle(self) -> None:
@@ -79,7 +88,7 @@ class Ledger:
         head = list(itertools.islice(self.watched, BATCH * SETTLE_BATCHES))
         for start in range(0, len(head), BATCH):
             queues = {job_id: self.watched.pop(job_id) for job_id in head[start : start + BATCH]}
-            statuses = _statuses(queues)
+            statuses = results.statuses(queues)
             done = _finished(statuses)
             _delete(done, queues)
             for job_id, status in statuses.items():  # still running, or being dead-lettered: look again
@@ -117,8 +126,8 @@ class Ledger:
         self.sweep_at = now + max(jobs_settings.LEDGER_SWEEP_INTERVAL, SWEEP_DUTY * took)
 
     def sweep(self) -> None:
-        """Reconcile every pending ledger row older than a second with Redis."""
-        queues = ledger_queues()
+        """Reconcile every pending ledger row of this server's queues older than a second with Redis."""
+        queues = [queue for queue in ledger_queues() if self.owns(queue)]
         if not queues:
             return
         cutoff = timezone.now() - dt.timedelta(seconds=1)  # fresh rows are still being pushed
@@ -143,7 +152,7 @@ class Ledger:
     def _reconcile(self, alias: str, queues: dict[str, str]) -> set[str]:
         """Delete the rows of finished jobs, push again those missing from Redis; returns the queues
         whose Redis did not answer (the rest of the sweep leaves them alone)."""
-        statuses = _statuses(queues)
+        statuses = results.statuses(queues)  # a row of an unknown queue is the relay's to quarantine
         done = _finished(statuses)
         missing = [job_id for job_id, status in statuses.items() if status is None and job_id not in done]
         down: set[str] = set()
@@ -160,18 +169,6 @@ class Ledger:
                 metrics.ledger(queue, repushed=count)
         _delete(done, queues)
         return down
-
-
-def _statuses(queues: dict[str, str]) -> dict[str, str | None]:
-    """The status of each job (id -> queue) in its queue's Redis, one round trip per queue."""
-    by_queue: dict[str, list[str]] = {}
-    for job_id, queue in queues.items():
-        by_queue.setdefault(queue, []).append(job_id)
-    statuses: dict[str, str | None] = {}
-    for queue, ids in by_queue.items():
-        if queue in queue_configs():  # a row of an unknown queue is the relay's to quarantine
-            statuses.update(Store.of(get_connection(queue)).statuses(ids))
-    return statuses
 
 
 def _finished(statuses: dict[str, str | None]) -> set[str]:

@@ -1,5 +1,5 @@
 """The supervisor's periodic duties: promote due jobs, reap dead workers' leases, finish
-interrupted dead-lettering, relay the outbox and prune old idempotency keys.
+interrupted dead-lettering, relay the outbox, sweep the open batches and prune old idempotency keys.
 
 Every ``runjobs`` runs all of them, so no duty waits on one elected process, and each step is
 an atomic script or an idempotent write, so two ``runjobs`` doing the same step cannot double it.
@@ -23,10 +23,10 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
-from .. import alerts, deadletter, execution, idempotency, metrics, outbox, outcomes, registry, stats
+from .. import alerts, batches, deadletter, execution, idempotency, metrics, outbox, outcomes, registry
 from ..backends import redis as redis_backend
 from ..conf import LEDGER, jobs_settings
-from ..connections import connection_identity, get_connection
+from ..connections import connection_identity, get_connection, queue_configs, queues_on
 from ..cron import Scheduler
 from ..durability import ledger_queues
 from ..envelope import Envelope
@@ -64,14 +64,21 @@ def transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT) or str(exc).startswith(("BUSY ", "LOADING ", "MASTERDOWN "))
 
 
-def _guarded(what: str, action: Callable[[], object]) -> None:
-    """Run one duty or item; a failure is logged and retried next time, never fatal."""
+#: Errors that say a Redis server does not answer at all: the rest of its pass is skipped.
+UNREACHABLE = (redis_errors.ConnectionError, redis_errors.TimeoutError)
+
+
+def _guarded(what: str, action: Callable[[], object]) -> Exception | None:
+    """Run one duty or item; a failure is logged and retried next time, never fatal. Returns it."""
     try:
         action()
     except (redis_errors.RedisError, DatabaseError) as exc:
         logger.warning("%s skipped (%s); will retry.", what, exc)
-    except Exception:
+        return exc
+    except Exception as exc:
         logger.exception("%s failed", what)
+        return exc
+    return None
 
 
 class Every:
@@ -80,10 +87,12 @@ class Every:
     def __init__(self, seconds: float, duty: Callable[[], object]) -> None:
         self.seconds, self.duty, self.next = seconds, duty, 0.0
 
-    def __call__(self, now: float) -> None:
-        if now >= self.next:
-            self.next = now + self.seconds
-            _guarded(getattr(self.duty, "__name__", "duty"), self.duty)
+    def __call__(self, now: float) -> Exception | None:
+        """Run the duty if it is due; returns what it raised."""
+        if now < self.next:
+            return None
+        self.next = now + self.seconds
+        return _guarded(getattr(self.duty, "__name__", "duty"), self.duty)
 
 
 class Strikes:
@@ -150,13 +159,19 @@ def _job_id(raw: bytes) -> str:
 
 
 class Maintenance:
-    def __init__(self, store: Store, queues: Sequence[str], interval: float) -> None:
-        self.store, self.queues = store, list(queues)
+    """The duties of one Redis server: ``queues`` are the ones this runjobs serves there. The relay,
+    the ledger and the periodic jobs cover every queue of ``RQ_QUEUES`` on that server; the ``lead``
+    server's maintenance (the first one's) also prunes idempotency keys and takes the outbox rows and
+    periodic jobs of queues missing from ``RQ_QUEUES``, so each is done once per runjobs."""
+
+    def __init__(self, store: Store, queues: Sequence[str], interval: float, *, lead: bool = True) -> None:
+        self.store, self.queues, self.lead = store, list(queues), lead
         self.limits = registry.limits_json()  # the registry is complete once Django is set up
-        self.scheduler = Scheduler(store.connection)
+        self.scheduler = Scheduler(store.connection, self.owns)
         self.strikes = Strikes()
         self.paused: dict[str, float] = {}  # queue -> when (monotonic) the relay tries its Redis again
-        self.ledger = Ledger(store, self._relay_rows)
+        self.ledger = Ledger(store, self._relay_rows, self.owns)
+        self.batches = batches.Sweep()
         self.duties = [
             Every(interval, self.promote_and_reap),
             Every(1.0, self.check_structures),  # before the relay, whose pushes a broken key would fail
@@ -166,16 +181,31 @@ class Maintenance:
             Every(min(interval, 1.0), self.ledger.sweep_if_due),
             Every(5.0, self.finish_dying),
             Every(5.0, self.record_vanished),
+            Every(5.0, self.release_parked),
+            Every(min(interval, 1.0), self.sweep_batches),
             Every(600.0, self.prune_keys),
             Every(5.0, self.flush_alerts),
             Every(min(interval, 0.2), self.scheduler.tick),
         ]
 
     def tick(self) -> None:
+        """Run the duties that are due. One that finds Redis unreachable ends the pass: its error is
+        raised, and the caller sets the server aside until it answers again."""
+        execution.db_hygiene()  # a connection an outage broke is reopened, not failed on forever
         now = time.monotonic()
         for duty in self.duties:
-            duty(now)
-        stats.flush(self.store.connection)
+            failed = duty(now)
+            if isinstance(failed, UNREACHABLE):
+                self.ledger.lost_contact()
+                raise failed
+
+    def owns(self, queue: str) -> bool:
+        """Whether ``queue``'s ledger rows and periodic jobs are this maintenance's to handle."""
+        if queue in self.queues:
+            return True
+        if queue not in queue_configs():
+            return self.lead
+        return queue in queues_on(self.queues[0])
 
     def promote_and_reap(self) -> None:
         self.store.maintain(self.queues, self.limits)
@@ -279,6 +309,22 @@ class Maintenance:
         )
         deadletter.bury(self.store, failure, record.snapshot)
 
+    def release_parked(self) -> None:
+        """Put back on their queues the parked jobs of our queues whose type is no longer paused:
+        a resume normally does it, but one that died half-way (or a pause removed by hand) leaves
+        them; one SMEMBERS per pass while nothing is parked."""
+        lists = [(queue, name) for queue, name in self.store.parked_lists() if queue in self.queues]
+        if not lists:
+            return
+        held = {pause.name for pause in self.store.pauses() if pause.kind == "job"}
+        for queue, name in lists:
+            if name not in held:
+                moved, _ = self.store.unpark(queue, name)
+                if moved:
+                    logger.info(
+                        "Put %d parked job(s) of %s back on queue %s: it is not paused", moved, name, queue
+                    )
+
     def record_vanished(self) -> None:
         """Dead-letter the ids a claim popped after their hash was gone, so no eviction is silent."""
         for item in self.store.vanished():  # one that fails waits behind the others, like LOST and DYING
@@ -309,18 +355,21 @@ class Maintenance:
                 _guarded(f"relaying the outbox of {alias}", partial(self._relay, alias, cutoff, batch))
 
     def _relay(self, alias: str, cutoff: dt.datetime, batch: int) -> None:
-        """The oldest rows of the queues whose Redis is not paused; learning of a Redis down, look again.
+        """The oldest rows of this server's queues (and, for the lead, of unknown ones) whose Redis is
+        not paused; learning of a Redis down, look again.
 
         Rows of ledger queues are the ledger's: it pushes them when their job is missing from Redis."""
         now = time.monotonic()
         skipped = {queue for queue, until in self.paused.items() if until > now} | set(ledger_queues())
+        mine = queues_on(self.queues[0])
+        # Rows of another server's queues are its maintenance's; the lead also takes unknown queues'.
+        ours = OutboxEntry.objects.using(alias).filter(created_at__lt=cutoff)
+        if self.lead:
+            ours = ours.exclude(queue__in=[queue for queue in queue_configs() if queue not in mine])
+        else:
+            ours = ours.filter(queue__in=mine)
         while True:
-            rows = list(
-                OutboxEntry.objects.using(alias)
-                .filter(created_at__lt=cutoff)
-                .exclude(queue__in=skipped)
-                .order_by("created_at")[:batch]
-            )
+            rows = list(ours.exclude(queue__in=skipped).order_by("created_at")[:batch])
             paused = self._relay_rows(alias, rows) if rows else set()
             if not paused:
                 return
@@ -393,8 +442,13 @@ class Maintenance:
         """Move aside a queue, lease or scheduled key of the wrong type, so it stops failing every job."""
         structure.quarantine_wrong_types(self.store.connection, self.queues)
 
+    def sweep_batches(self) -> None:
+        """Settle the batch members whose end no event reported: one page of the sweep per pass."""
+        self.batches.step()
+
     def prune_keys(self) -> None:
-        idempotency.prune()
+        if self.lead:  # the database is one for every server: once per runjobs is enough
+            idempotency.prune()
 
     def flush_alerts(self) -> None:
         """Send the summary of each dead-letter group whose alert window closed."""
@@ -409,6 +463,8 @@ def _push_rows(alias: str, group: list[tuple[OutboxEntry, Envelope]]) -> None:
     """
     envelopes = [envelope for _, envelope in group]
     pushed = redis_backend.push(envelopes)
+    if pushed.error is not None:
+        raise pushed.error
     keep = {e.id for e in pushed.unconfirmed}
     ledger = {e.id: e.queue for e in envelopes if jobs_settings.durability(e.queue) == LEDGER}
     if ledger:

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, registry, stats
+from .. import execution, stats
 from ..conf import jobs_settings
 from ..outcomes import AttemptEnded
+from ..pausing import Held
 from ..store import Claimed, Finished, Store, wake_key
 from .guard import ClaimBoard
+from .servers import IDLE_WAIT, Reach, Server, soonest_retry, wait_any
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -42,11 +44,40 @@ def die_with_parent() -> None:
 
 
 @dataclass
-class WorkProcess:
-    """One claim-run-complete loop."""
+class Served:
+    """One Redis server of a work process: its store, whether it answers, and the success of its last
+    job, completed in the same round trip as the next claim on that server."""
 
-    queues: Sequence[str]
-    connection: Redis
+    store: Store
+    reach: Reach
+    held: Held  # its paused queues and job types, read once a second
+    finished: Finished | None = None
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        return self.reach.server.queues
+
+    @classmethod
+    def of(cls, server: Server) -> Served:
+        """A server as a work process serves it; the registry must be complete (Django set up)."""
+        store = Store.of(server.connection)
+        return cls(store, Reach(server), Held(store, server.queues))
+
+    def unpaused(self) -> list[str]:
+        """Its queues a claim asks, in order: the paused ones are left out."""
+        return self.held.claim()[0]
+
+
+@dataclass
+class WorkProcess:
+    """One claim-run-complete loop over the queues of one or more Redis servers.
+
+    Each claim asks the servers in the order of their first queue, each for its queues in the order
+    given, until one hands out a job. A server that fails is skipped (see ``servers.Reach``) and the
+    others keep being served.
+    """
+
+    servers: Sequence[Server]
     name: str
     report_fd: int
     burst: bool = False
@@ -76,46 +107,77 @@ class WorkProcess:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which decides
 
     def run(self) -> int:
-        store = Store.of(self.connection)
+        served = [Served.of(server) for server in self.servers]
+        by_queue = {queue: one for one in served for queue in one.queues}
+
+        def where(queue: str) -> Redis | None:
+            """The Redis an outcome count of ``queue`` goes to: its server's, unless that one is down."""
+            one = by_queue.get(queue, served[0])
+            return None if one.reach.down else one.store.connection
+
         parent = os.getppid()
         nonce_base = uuid.uuid4().hex[:12]
-        finished: Finished | None = None
-        limits = registry.limits_json()  # the registry is complete once Django is set up
         done = 0
-        backoff = 0.1
         while True:
-            queues = [] if self.stopping or os.getppid() != parent else self.queues
+            stopping = self.stopping or os.getppid() != parent
             sent = time.monotonic_ns()  # the lease of what this claims runs from no earlier than now
+            got = self._claim(served, stopping, f"{nonce_base}{done}")
+            if got is None:
+                if self._idle(served, stopping, where):
+                    return 0
+                continue
+            one, claimed = got
+            one.finished = self._attempt(one.store, claimed, sent)
+            done += 1
+            stats.flush(where)
+            if self.max_jobs and done >= self.max_jobs:
+                self.stopping = True
+
+    def _idle(self, served: Sequence[Served], stopping: bool, where: Callable[[str], Redis | None]) -> bool:
+        """No job was claimed: True if this process is done, else wait for one. A completion whose
+        server did not answer keeps the process (and its lease, in the supervisor) until it lands."""
+        pending = any(one.finished for one in served)
+        if not pending:
+            self._report("D")
+        stats.flush(where, every=0)
+        if stopping:
+            if not pending:
+                return True
+            time.sleep(soonest_retry([one.reach for one in served if one.finished]) or 0.05)
+            return False
+        if self.burst and not pending and not self._due_soon(served):
+            return True
+        self._wait(served)
+        return False
+
+    def _claim(self, served: Sequence[Served], stopping: bool, nonce: str) -> tuple[Served, Claimed] | None:
+        """Complete each server's finished job and claim the next job from the first server that has
+        one, each server in one round trip. Once a job is claimed (or while stopping), later servers
+        are only asked to complete theirs."""
+        got: tuple[Served, Claimed] | None = None
+        for one in served:
+            queues, limits = ([], "{}") if got is not None or stopping else one.held.claim()
+            if not (queues or one.finished) or not one.reach.up():
+                continue
             try:
-                _, claimed = store.complete_and_claim(
+                claim = one.store.complete_and_claim(
                     queues,
-                    finished=finished,
+                    finished=one.finished,
                     worker_name=self.name,
                     lease_seconds=jobs_settings.LEASE_SECONDS,
-                    nonce=f"{nonce_base}{done}",
+                    nonce=nonce,
                     finished_ttl=jobs_settings.FINISHED_TTL,
                     limits=limits,
                 )
-                finished, backoff = None, 0.1
             except RedisError as exc:
-                if finished is None and not queues:
-                    return 0  # stopping and holding nothing: nothing needs Redis any more
-                logger.warning("Redis unavailable (%s); retrying in %.1f s", exc, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                one.reach.failed(exc)
                 continue
-            if claimed is None:
-                self._report("D")
-                stats.flush(self.connection, every=0)
-                if not queues or (self.burst and not self._due_soon(store)):
-                    return 0
-                self._wait()
-                continue
-            finished = self._attempt(store, claimed, sent)
-            done += 1
-            stats.flush(self.connection)
-            if self.max_jobs and done >= self.max_jobs:
-                self.stopping = True
+            one.finished = None
+            one.reach.ok()
+            execution.publish_expired(one.store, claim.expired)
+            if claim.claimed is not None:
+                got = (one, claim.claimed)
+        return got
 
     def _attempt(self, store: Store, claimed: Claimed, sent: int) -> Finished | None:
         """Run one claimed job under the lease guard; returns what the next claim completes."""
@@ -125,36 +187,64 @@ class WorkProcess:
             self._report(f"S {claimed.token} {claimed.queue} {time.monotonic() + timeout:.3f} {sent}")
 
         ended = self._run(store, claimed, arm)
-        self._post(0)  # the job's code is done: nothing left to kill for
+        self._post(0)  # the job's code is done, or never ran (an undecodable job): nothing to kill for
         self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
         finished = execution.completion(ended) if ended is not None else None
         self._report("C" if finished else "D")  # "C": ran; keep the lease alive until the completion lands
         return finished
 
-    def _due_soon(self, store: Store) -> bool:
-        """In burst mode: is a retry or delayed job of our queues due within ``burst_wait``? Then
-        the supervisor's maintenance promotes it and this process stays to run it."""
-        try:
-            due = store.next_due(self.queues)
-        except RedisError:
-            return True  # cannot tell: keep trying, as the claim loop does
-        return due is not None and due <= self.burst_wait
+    def _ended(self, returned: bool) -> None:
+        """The job's code is done: the lease guard stops watching (settling the end may wait on a
+        database or a hook as long as it must), and the supervisor learns that it returned ("R": if
+        this process dies from here on, the supervisor completes the job) or raised ("E")."""
+        self._post(0)
+        self._report("R" if returned else "E")
+
+    def _due_soon(self, served: Sequence[Served]) -> bool:
+        """In burst mode: is a retry or delayed job of our unpaused queues due within ``burst_wait``?
+        Then the supervisor's maintenance promotes it and this process stays to run it."""
+        for one in served:
+            queues = one.unpaused()
+            if not queues:
+                continue
+            if one.reach.down:
+                return True  # cannot tell: keep trying, as the claim loop does
+            try:
+                due = one.store.next_due(queues)
+            except RedisError:
+                return True
+            if due is not None and due <= self.burst_wait:
+                return True
+        return False
 
     def _run(self, store: Store, claimed: Claimed, arm: Callable[[float], None]) -> AttemptEnded | None:
         """Run one job. Whatever escapes (Redis down while settling, or a fault in the settling
         itself) costs this attempt, not the process: the lease expires and the job is retried."""
         try:
-            # "R": the job returned; if this process dies from here on, the supervisor completes it.
-            return execution.run(store, claimed, on_start=arm, on_return=lambda: self._report("R"))
+            return execution.run(store, claimed, on_start=arm, on_end=self._ended)
         except RedisError as exc:
             logger.warning("Redis unavailable while settling job %s (%s)", claimed.id, exc)
         except BaseException:
             logger.exception("Could not settle job %s; it will be retried once its lease expires", claimed.id)
         return None
 
-    def _wait(self) -> None:
-        """Block until a wake token arrives or a second passes; the token itself carries nothing."""
+    @staticmethod
+    def _wait(served: Sequence[Served]) -> None:
+        """Block until a wake token arrives or a second passes; the token itself carries nothing.
+        With one Redis server, one BLPOP on its unpaused queues (with every queue paused, just the
+        second); with several, one per server at once (``servers.wait_any``)."""
+        if len(served) > 1:
+            wait_any([one.reach for one in served])
+            return
+        (one,) = served
+        queues = one.unpaused()
+        if not queues:
+            time.sleep(IDLE_WAIT)
+            return
+        if not one.reach.up():
+            time.sleep(min(soonest_retry([one.reach]), IDLE_WAIT))
+            return
         try:
-            self.connection.blpop([wake_key(q) for q in self.queues], timeout=1)
-        except RedisError:
-            time.sleep(0.5)
+            one.store.connection.blpop([wake_key(q) for q in queues], timeout=IDLE_WAIT)
+        except RedisError as exc:
+            one.reach.failed(exc)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 
 from redis import Redis
+from redis.exceptions import ResponseError
 
 from .. import deadletter
 from ..models import DeadLetter
@@ -34,7 +35,15 @@ from ..store import (
 logger = logging.getLogger("django_jobs.worker")
 
 #: The type each structure must have; "none" (absent) is always fine.
-GLOBAL = {LEASES: "zset", LOST: "zset", DYING: "zset", VANISHED: "zset", QUEUES_SET: "set"}
+GLOBAL = {
+    LEASES: "zset",
+    LOST: "zset",
+    DYING: "zset",
+    VANISHED: "zset",
+    QUEUES_SET: "set",
+    keys.PAUSED: "hash",
+    keys.PARKED: "set",
+}
 
 
 def expected_types(queues: Sequence[str]) -> dict[str, str]:
@@ -52,8 +61,14 @@ def expected_types(queues: Sequence[str]) -> dict[str, str]:
 
 
 def wrong_types(connection: Redis, queues: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """The structure keys whose type is wrong, with (the type they have, the one they need)."""
+    """The structure keys whose type is wrong, with (the type they have, the one they need): those of
+    ``expected_types`` and the parked lists of these queues that the set of parked lists names."""
     expected = expected_types(queues)
+    try:
+        parked = Store.of(connection).parked_lists()
+    except ResponseError:  # that set is itself of the wrong type: it is in ``expected``
+        parked = []
+    expected |= {keys.parked_key(queue, name): "list" for queue, name in parked if queue in queues}
     with connection.pipeline(transaction=False) as pipe:
         for key in expected:
             pipe.type(key)

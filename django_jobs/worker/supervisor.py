@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import logging
 import os
 import select
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from django.db import connections
@@ -29,6 +30,7 @@ from ..store import Claimed, Finished, Settled, Store, keys, rq_timestamp, split
 from .guard import ClaimBoard, Heartbeat, LeaseGuard
 from .maintenance import Maintenance
 from .process import BURST_WAIT, WorkProcess, die_with_parent
+from .servers import Reach, Server
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -56,6 +58,7 @@ class Slot:
     abandoned: bool = False  # its lease was taken back: nothing left to settle
     suspect: str | None = None  # the running attempt's token, if the last heartbeat found no lease
     returned: bool = False  # the running job's code returned: it succeeded, whatever happens next
+    ended: bool = False  # the running job's code returned or raised: nothing left to stop
     started: list[tuple[str, str]] = field(default_factory=list)  # (job id, queue) since the last look
     cancel_since: float | None = None  # when a heartbeat found the running attempt's cancel requested
     cancelled: bool = False  # killed for outliving its cancel request's grace
@@ -68,34 +71,51 @@ class Slot:
             if kind == "S":
                 self.token, self.queue = rest[0], rest[1]
                 self.deadline, self.claimed = float(rest[2]), int(rest[3])
-                self.returned, self.cancel_since = False, None
+                self.returned, self.ended, self.cancel_since = False, False, None
                 self.started.append((split_token(self.token), self.queue))
             elif kind == "R":
-                self.returned = True
+                self.returned = self.ended = True
+            elif kind == "E":
+                self.ended = True
             elif kind == "C":
                 self.deadline = None
             elif kind == "D":
                 self.token = self.queue = self.deadline = self.cancel_since = None
 
 
+@dataclass
+class Shard:
+    """One Redis server this runjobs serves, with what it keeps per server: its store (leases, lost,
+    dying, vanished, stats and alert windows live there), its maintenance, its own lease heartbeat
+    thread, and whether it answers. A server that does not answer costs only its own queues."""
+
+    server: Server
+    store: Store
+    maintenance: Maintenance
+    heartbeat: Heartbeat
+    reach: Reach
+
+    @property
+    def queues(self) -> tuple[str, ...]:
+        return self.server.queues
+
+
 class Supervisor:
-    """``runjobs``: N work processes plus the duties every runjobs shares."""
+    """``runjobs``: N work processes plus the duties every runjobs shares, per Redis server."""
 
     def __init__(
         self,
-        connection: Redis,
-        queues: Sequence[str],
+        servers: Sequence[Server],
         *,
         concurrency: int = 1,
         burst: bool = False,
         max_jobs: int = 0,
         burst_wait: float = BURST_WAIT,
     ) -> None:
-        self.connection, self.queues = connection, list(queues)
+        self.servers = list(servers)
+        self.queues = [queue for server in self.servers for queue in server.queues]
         self.concurrency, self.burst, self.max_jobs = concurrency, burst, max_jobs
         self.burst_wait = burst_wait
-        self.store = Store.of(connection)
-        self.maintenance = Maintenance(self.store, self.queues, jobs_settings.MAINTENANCE_INTERVAL)
         self.slots: dict[int, Slot] = {}
         self.stopping = False
         self.stop_by: float | None = None
@@ -106,7 +126,15 @@ class Supervisor:
         self.hostname = socket.gethostname()
         self._next_heartbeat = 0.0
         self.guard = LeaseGuard(jobs_settings.LEASE_SECONDS)
-        self.heartbeat = Heartbeat(self.store, self.guard, jobs_settings.LEASE_SECONDS)
+        self.shards = [self._shard(server, lead=n == 0) for n, server in enumerate(self.servers)]
+        self.shard_of = {queue: shard for shard in self.shards for queue in shard.queues}
+
+    def _shard(self, server: Server, lead: bool) -> Shard:
+        store = Store.of(server.connection)
+        maintenance = Maintenance(store, server.queues, jobs_settings.MAINTENANCE_INTERVAL, lead=lead)
+        heartbeat = Heartbeat(store, self.guard, jobs_settings.LEASE_SECONDS)
+        reach = Reach(server, functools.partial(metrics.redis_up, server.name))
+        return Shard(server, store, maintenance, heartbeat, reach)
 
     # --- signals ---------------------------------------------------------------------------------
 
@@ -143,8 +171,7 @@ class Supervisor:
                 stats.forget()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 work = WorkProcess(
-                    self.queues,
-                    self.connection,
+                    self.servers,
                     f"{self.hostname}.{os.getpid()}",
                     write_fd,
                     burst=self.burst,
@@ -241,11 +268,14 @@ class Supervisor:
         """A child died holding a job: time it out, hand it back, complete it, cancel it, or count it lost."""
         assert slot.token is not None
         assert slot.queue is not None
+        shard = self.shard_of[slot.queue]
+        if not shard.reach.up():
+            logger.warning(
+                "Could not settle job %s now (its Redis is down); its lease will be reaped.", slot.token
+            )
+            return
         try:
-            if slot.handed_back or slot.deadline is None or slot.returned:
-                self._hand_back_or_complete(slot)
-                return
-            outcomes.publish(execution.settle_failure(self.store, self._claimed(slot), self._ending(slot)))
+            self._settle(shard.store, slot)
         except Exception as error:  # Redis down, or anything else: never fatal to runjobs
             # The lease is still in Redis: when it expires, the reaper settles the job instead.
             logger.warning(
@@ -254,26 +284,32 @@ class Supervisor:
                 error,
                 exc_info=not isinstance(error, RedisError),
             )
+            if isinstance(error, RedisError):
+                shard.reach.failed(error)
 
-    def _hand_back_or_complete(self, slot: Slot) -> None:
-        """A child stopped at shutdown: its job goes back to its queue (or ends cancelled, if asked to).
-        A child that died after its job returned: the job is finished, without its result (that died
-        with the process). Either way its key's slot (``limit_key``) is kept or passed on."""
+    def _settle(self, store: Store, slot: Slot) -> None:
+        """Settle the attempt of a child that died, on its job's Redis. Its key's slot (``limit_key``)
+        is kept by a job handed back, and passed on by one that ends."""
         assert slot.token is not None
         assert slot.queue is not None
-        scope, ttl = registry.limit_scope(self._claimed(slot).record), jobs_settings.FINISHED_TTL
-        if not slot.handed_back:
-            self.store.complete(Finished(slot.token, slot.queue, scope=scope), ttl)
-        elif self.store.release(slot.token, slot.queue, ttl, scope) is Settled.CANCELLED:
-            stopped = JobCancelled("The job was cancelled while runjobs was stopping.")
-            outcomes.publish(execution.cancelled(self.store, self._claimed(slot), stopped))
+        if slot.handed_back or slot.deadline is None or slot.returned:
+            scope, ttl = registry.limit_scope(self._claimed(store, slot).record), jobs_settings.FINISHED_TTL
+            if not slot.handed_back:  # it succeeded; only the completion was missing
+                # the return value died with the process: the job is finished without its result
+                store.complete(Finished(slot.token, slot.queue, scope=scope), ttl)
+            elif store.release(slot.token, slot.queue, ttl, scope) is Settled.CANCELLED:
+                stopped = JobCancelled("The job was cancelled while runjobs was stopping.")
+                outcomes.publish(execution.cancelled(store, self._claimed(store, slot), stopped))
+            return
+        outcomes.publish(execution.settle_failure(store, self._claimed(store, slot), self._ending(slot)))
 
-    def _claimed(self, slot: Slot) -> Claimed:
+    @staticmethod
+    def _claimed(store: Store, slot: Slot) -> Claimed:
         """The attempt a dead child held, with its job's record as Redis holds it now."""
         assert slot.token is not None
         assert slot.queue is not None
         job_id = split_token(slot.token)
-        return Claimed(slot.queue, job_id, slot.token, self.store.record(job_id))
+        return Claimed(slot.queue, job_id, slot.token, store.record(job_id))
 
     @staticmethod
     def _ending(slot: Slot) -> Exception:
@@ -305,8 +341,9 @@ class Supervisor:
 
     def _enforce_cancel(self, slot: Slot, now: float) -> None:
         """Kill an attempt still running ``CANCEL_GRACE`` after its supervisor learned of its cancel
-        request. One whose code returned is left to complete: the completion won the race."""
-        if slot.cancel_since is None or slot.cancelled or slot.deadline is None or slot.returned:
+        request. One whose code returned is left to complete: the completion won the race; one whose
+        code raised is left to settle its failure, which ends it cancelled."""
+        if slot.cancel_since is None or slot.cancelled or slot.deadline is None or slot.ended:
             return
         if now > slot.cancel_since + jobs_settings.CANCEL_GRACE:
             logger.warning(
@@ -316,16 +353,22 @@ class Supervisor:
             slot.cancelled = True
             self._signal(slot.pid, signal.SIGKILL)
 
-    def _fence(self, gone: set[str]) -> None:
+    def _fence(self, gone: set[str], queues: Collection[str]) -> None:
         """Kill attempts whose lease was taken back (e.g. after a long Redis outage), so a job
-        never runs twice at once; whoever took the lease runs or settles the job.
+        never runs twice at once; whoever took the lease runs or settles the job. ``gone``: what one
+        heartbeat of the server of ``queues`` found.
 
-        A lease also disappears when the work process itself completes or fails the job, a moment
-        before it tells us so. So a missing lease is only trusted when two heartbeats in a row (a
-        third of a lease apart) find the same attempt still running without one.
+        An attempt whose code ended is left alone: nothing is left to stop, and settling its end
+        (which removes its lease) may wait on the database. A heartbeat may still find a lease gone
+        that the work process removed itself, before the supervisor read what it reported. So a
+        missing lease is only trusted when two heartbeats in a row (a third of a lease apart) find
+        the same attempt still running without one.
         """
         for slot in self.slots.values():
-            missing = slot.token in gone and slot.deadline is not None and not slot.abandoned
+            if slot.queue not in queues:
+                continue
+            running = slot.deadline is not None and not slot.ended
+            missing = slot.token in gone and running and not slot.abandoned
             if missing and slot.suspect == slot.token:
                 logger.error(
                     "Lease of job %s was taken back; stopping its attempt in process %d", slot.token, slot.pid
@@ -339,7 +382,7 @@ class Supervisor:
         """Hand the attempts that started to the ledger, which settles their rows once they finish."""
         for slot in self.slots.values():
             for job_id, queue in slot.started:
-                self.maintenance.ledger.saw(job_id, queue)
+                self.shard_of[queue].maintenance.ledger.saw(job_id, queue)
             slot.started.clear()
 
     def _note_cancels(self, requested: set[str], now: float) -> None:
@@ -369,33 +412,41 @@ class Supervisor:
     # --- Redis bookkeeping -----------------------------------------------------------------------
 
     def _heartbeat(self, now: float) -> None:
-        """Tell the heartbeat thread which leases to keep, fence what it found gone, and (every third
-        of a lease) refresh RQ's worker records."""
-        self.heartbeat.publish((s.pid, s.token, s.claimed) for s in self.slots.values() if s.token)
-        for gone in self.heartbeat.gone():
-            self._fence(gone)
-        self._note_cancels(self.heartbeat.cancels(), now)
+        """Tell each server's heartbeat thread which leases to keep, fence what they found gone, and
+        (every third of a lease) refresh RQ's worker records."""
+        for shard in self.shards:
+            shard.heartbeat.publish(
+                (s.pid, s.token, s.claimed)
+                for s in self.slots.values()
+                if s.token and s.queue in shard.queues
+            )
+            for gone in shard.heartbeat.gone():
+                self._fence(gone, shard.queues)
+            self._note_cancels(shard.heartbeat.cancels(), now)
         if now < self._next_heartbeat:
             return
         lease = jobs_settings.LEASE_SECONDS
         self._next_heartbeat = now + lease / 3
-        try:
-            self._register(lease)
-        except RedisError as exc:
-            logger.warning("Could not refresh the worker records (%s); retrying.", exc)
+        for shard in self.shards:
+            if shard.reach.up():
+                try:
+                    self._register(shard, lease)
+                except RedisError as exc:  # logged there; the records are refreshed once it answers
+                    shard.reach.failed(exc)
 
-    def _register(self, lease: float) -> None:
-        """Keep RQ's worker records, so ``rq info`` and django-rq list our work processes."""
+    def _register(self, shard: Shard, lease: float) -> None:
+        """Keep RQ's worker records on each server, with the queues served there, so ``rq info`` and
+        django-rq list our work processes (a work process serving two servers is listed on both)."""
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
-        with self.connection.pipeline(transaction=False) as pipe:
+        with shard.store.connection.pipeline(transaction=False) as pipe:
             for slot in self.slots.values():
                 key = keys.worker_key(slot.name)
-                job_id = split_token(slot.token) if slot.token else ""
+                job_id = split_token(slot.token) if slot.token and slot.queue in shard.queues else ""
                 pipe.hset(
                     key,
                     mapping={
                         "last_heartbeat": stamp,
-                        "queues": ",".join(self.queues),
+                        "queues": ",".join(shard.queues),
                         "pid": slot.pid,
                         "hostname": self.hostname,
                         "state": "busy" if job_id else "idle",
@@ -405,21 +456,40 @@ class Supervisor:
                 pipe.hsetnx(key, "birth", stamp)
                 pipe.expire(key, int(lease * 3))
                 pipe.sadd(keys.WORKERS_SET, key)
-                for queue in self.queues:
+                for queue in shard.queues:
                     pipe.sadd(keys.queue_workers_key(queue), key)
             pipe.execute()
 
     def _unregister(self, slot: Slot) -> None:
         key = keys.worker_key(slot.name)
-        try:
-            with self.connection.pipeline(transaction=False) as pipe:
-                pipe.delete(key)
-                pipe.srem(keys.WORKERS_SET, key)
-                for queue in self.queues:
-                    pipe.srem(keys.queue_workers_key(queue), key)
-                pipe.execute()
-        except RedisError:
-            pass  # the hash expires by itself
+        for shard in self.shards:
+            if shard.reach.down:
+                continue  # the hash expires by itself
+            try:
+                with shard.store.connection.pipeline(transaction=False) as pipe:
+                    pipe.delete(key)
+                    pipe.srem(keys.WORKERS_SET, key)
+                    for queue in shard.queues:
+                        pipe.srem(keys.queue_workers_key(queue), key)
+                    pipe.execute()
+            except RedisError:
+                pass  # the hash expires by itself
+
+    def _maintain(self) -> None:
+        """Each server's maintenance pass, then the outcome counts, each to its queue's server. A server
+        that does not answer is set aside (and probed), so it never holds up the others' duties."""
+        for shard in self.shards:
+            if shard.reach.up():
+                try:
+                    shard.maintenance.tick()
+                except RedisError as exc:
+                    shard.reach.failed(exc)
+        stats.flush(self._stats_target)
+
+    def _stats_target(self, queue: str) -> Redis | None:
+        """Where the outcome counts of ``queue`` go now: its server, unless that one is set aside."""
+        shard = self.shard_of.get(queue, self.shards[0])
+        return None if shard.reach.down else shard.store.connection
 
     # --- main loop -------------------------------------------------------------------------------
 
@@ -436,25 +506,34 @@ class Supervisor:
             self._enforce(now)
             self._heartbeat(now)
             if not self.stopping:
-                self.maintenance.tick()
+                self._maintain()
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
-        self.maintenance.tick()
+        self._maintain()
         for _ in range(self.concurrency):
             self._spawn()
         burst = f" until no job is due within {self.burst_wait:g} s" if self.burst else ""
+        where = "; ".join(
+            f"{', '.join(server.queues)} on Redis {redis_location(server.connection)}"
+            for server in self.servers
+        )
         logger.info(
-            "runjobs (pid %d) serving %s on Redis %s with %d work process(es)%s",
-            os.getpid(), ", ".join(self.queues), redis_location(self.connection), self.concurrency, burst,
-        )  # fmt: skip
+            "runjobs (pid %d) serving %s with %d work process(es)%s",
+            os.getpid(),
+            where,
+            self.concurrency,
+            burst,
+        )
         self.guard.start()
-        self.heartbeat.start()
+        for shard in self.shards:
+            shard.heartbeat.start()
         try:
             self._loop()
         finally:
-            self.heartbeat.stop(wait=False)  # a beat blocked on a frozen Redis holds no job
+            for shard in self.shards:
+                shard.heartbeat.stop(wait=False)  # a beat blocked on a frozen Redis holds no job
             self.guard.stop()
         if self.fatal:
             logger.error("runjobs stopping: %s", self.fatal)

@@ -26,6 +26,7 @@ import redis
 from django.db import transaction
 
 from django_jobs.models import DeadLetter, OutboxEntry
+from tests.chaos import converged
 from tests.conftest import ROOT, wait_for
 from tests.sentinel import MASTER_NAME, SentinelSetup
 from tests.testapp import jobs
@@ -121,20 +122,6 @@ def settle(
             return done, dead
         time.sleep(0.25)
     return ended(load)
-
-
-def converged(client: redis.Redis) -> dict[str, int]:
-    """What is left in the store once every job ended: all of it should be 0."""
-    leases = {m.decode() for m in client.zrange("djjobs:leases", 0, -1)}
-    slots = [m.decode() for key in client.keys("djjobs:slots:*") for m in client.zrange(key, 0, -1)]
-    return {
-        "leases": len(leases),
-        "live slots": sum(1 for token in slots if token in leases),
-        "lost": client.zcard("djjobs:lost"),
-        "dying": client.zcard("djjobs:dying"),
-        "queued": sum(client.llen(k) for k in client.keys("rq:queue:*")),
-        "scheduled": sum(client.zcard(k) for k in client.keys("rq:scheduled:*")),
-    }
 
 
 def run_failover(sentinels: SentinelSetup, runjobs, settings, level: str) -> Figures:

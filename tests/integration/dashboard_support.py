@@ -24,6 +24,7 @@ ALL_PERMISSIONS = (
     "view_queue_overview",
     "cancel_job",
     "retry_job",
+    "pause_queue",
 )
 
 

@@ -260,6 +260,8 @@ def views(entry):
         ("get", find, {}, "view_deadletter"),
         ("post", reverse("admin:django_jobs_job_cancel", args=[entry.job_id]), {}, "cancel_job"),
         ("post", reverse("admin:django_jobs_job_retry", args=[entry.job_id]), {}, "retry_job"),
+        ("post", reverse("admin:django_jobs_pause"), {"kind": "queue", "name": "emails"}, "pause_queue"),
+        ("post", reverse("admin:django_jobs_resume"), {"kind": "queue", "name": "emails"}, "pause_queue"),
         ("get", matching, {}, "requeue_deadletter"),
         ("post", matching, {"through": entry.pk}, "requeue_deadletter"),
         ("post", reverse("admin:django_jobs_deadletter_requeue", args=[entry.pk]), {}, "requeue_deadletter"),

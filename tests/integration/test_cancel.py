@@ -15,9 +15,8 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 from django.db import transaction
-from prometheus_client import CollectorRegistry
 
-from django_jobs import CancelResult, JobCancelled, cancel, cancel_requested, metrics, registry, stats
+from django_jobs import CancelResult, JobCancelled, cancel, cancel_requested, registry, stats
 from django_jobs.execution import settle_failure
 from django_jobs.models import DeadLetter
 from django_jobs.outcomes import Outcome
@@ -25,6 +24,7 @@ from django_jobs.signals import job_cancelled, job_failed
 from django_jobs.store import LEASES, Beat, Claimed, Finished, Settled, Store, parse_rq_timestamp
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
+from tests.conftest import outcome_count
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
@@ -41,7 +41,7 @@ def status(redis_db: redis.Redis, job_id: str) -> bytes | None:
 
 def claim(store: Store, nonce: str = "n") -> Claimed | None:
     """Claim the next job of the default queue as a worker would (limits included), holding its lease."""
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60,
         limits=registry.limits_json(),
     )  # fmt: skip
@@ -53,14 +53,6 @@ def claimed_one(store: Store, job_id: str, nonce: str = "n") -> Claimed:
     assert claimed is not None
     assert claimed.id == job_id
     return claimed
-
-
-def cancelled_count(name: str) -> float:
-    """The job counter's ``cancelled`` series (read alone: the default registry holds web-side gauges)."""
-    local = CollectorRegistry()
-    local.register(metrics.JOBS_TOTAL)
-    labels = {"job": name, "queue": "default", "outcome": "cancelled"}
-    return local.get_sample_value("django_jobs_jobs_total", labels) or 0.0
 
 
 @pytest.fixture
@@ -220,7 +212,7 @@ def test_a_running_job_whose_hash_became_garbage_still_has_its_lease_renewed(red
 
 def test_a_job_that_stops_as_asked_ends_cancelled_never_retried_nor_dead_lettered(redis_db, heard, caplog):
     handle = jobs.cancels_itself.enqueue("polite")
-    before = cancelled_count("tests.cancels_itself")
+    before = outcome_count("tests.cancels_itself", "cancelled")
     with caplog.at_level(logging.INFO, logger="django_jobs.worker"):
         assert run_jobs() == 1
     assert done("polite:requested:True") == 1  # cancel() said REQUESTED, cancel_requested() True
@@ -231,7 +223,7 @@ def test_a_job_that_stops_as_asked_ends_cancelled_never_retried_nor_dead_lettere
     assert run_jobs() == 0
     assert done("attempt:polite") == 1
     assert not DeadLetter.objects.exists() and redis_db.zcard("djjobs:dying") == 0
-    assert cancelled_count("tests.cancels_itself") == before + 1
+    assert outcome_count("tests.cancels_itself", "cancelled") == before + 1
     assert heard == [("cancelled", handle.id)]  # job_cancelled, not job_failed
     lines = [r for r in caplog.records if getattr(r, "outcome", None) == "cancelled"]
     assert [(r.levelno, r.job_id) for r in lines] == [(logging.INFO, handle.id)]

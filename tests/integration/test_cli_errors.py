@@ -40,6 +40,8 @@ CASES = [
     *[("jobs_health", "--max-age", value) for value in NUMBERS],
     ("jobs_health", "--skip", "everything"),
     *[("jobs_cancel", value) for value in ["not an id", "x" * 65, "semi;colon", "", "é"]],
+    ("jobs_pause", "default", "--reason", "x" * 501),
+    ("jobs_health", "--skip", "pauses"),
 ]
 
 

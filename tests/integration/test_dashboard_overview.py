@@ -118,6 +118,9 @@ def test_job_types_over_the_last_hour_and_day_with_a_chart(client, redis_db):
     for _ in range(3):
         stats.count(connection, "tests.record", "success")
     stats.count(connection, "tests.record", "retry")
+    stats.count(connection, "tests.record", "snoozed")  # neither a success nor a failure, nor expired
+    stats.count(connection, "tests.record", "snoozed")
+    stats.count(connection, "tests.record", "expired")
     stats.count(connection, "tests.record", "dead", now=now - dt.timedelta(hours=3))
     stats.count(connection, "tests.record", "success", now=now - dt.timedelta(hours=30))  # too old
     old = record("tests.record", ["old"])
@@ -128,6 +131,7 @@ def test_job_types_over_the_last_hour_and_day_with_a_chart(client, redis_db):
     row = by_name["tests.record"]
     assert (row.stats.hour.successes, row.stats.hour.failures, row.dead_hour) == (3, 1, 1)
     assert (row.stats.day.successes, row.stats.day.failures, row.dead_day) == (3, 2, 2)
+    assert (row.stats.hour.snoozed, row.stats.hour.expired, row.stats.day.snoozed) == (2, 1, 2)
     assert [(b.successes, b.failures) for b in row.stats.hourly[-4:]] == [(0, 1), (0, 0), (0, 0), (3, 1)]
     assert "tests.always_fails" in by_name  # every registered job has a row, even an idle one
     chart = str(row.chart)
@@ -135,6 +139,7 @@ def test_job_types_over_the_last_hour_and_day_with_a_chart(client, redis_db):
     assert "this hour: 3 ok, 1 failed" in chart and "3 h ago: 0 ok, 1 failed" in chart
     body = client.get(OVERVIEW).content.decode()
     assert '<svg class="djjobs-chart"' in body and "http" not in chart  # inline, nothing fetched
+    assert '<th class="num">snoozed</th><th class="num">expired</th>' in body
 
 
 def snapshot(client: redis.Redis) -> dict[bytes, bytes]:

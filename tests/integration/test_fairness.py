@@ -48,7 +48,7 @@ def line(redis_db: redis.Redis, account: str = "A") -> list[str]:
 
 def claim(store_: Store, nonce: str, finished: Finished | None = None, limits: str = "") -> Claimed | None:
     """Complete ``finished``, then claim the next job of the default queue as a worker does."""
-    _, claimed = store_.complete_and_claim(
+    _, claimed, _ = store_.complete_and_claim(
         ["default"], finished=finished, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60,
         limits=limits or registry.limits_json(),
     )  # fmt: skip
@@ -138,7 +138,7 @@ def test_the_end_of_an_attempt_gives_the_next_parked_job_of_its_key_its_turn(red
     assert woken is not None and woken.id == a[1]
     assert line(redis_db) == a[2:]
     fields = redis_db.hgetall(f"rq:job:{a[1]}")
-    assert b"dj_parked" not in fields and b"dj_turn" not in fields  # its turn came
+    assert b"dj_line" not in fields and b"dj_turn" not in fields  # its turn came
     assert fields[b"dj_attempt"] == b"1"  # parking spent no attempt
 
 
@@ -367,5 +367,6 @@ def test_a_requeued_dead_letter_keeps_its_key_and_one_the_key_refuses_stays_open
 def test_a_plain_job_carries_no_key_and_touches_no_line(redis_db):
     handle = jobs.record.enqueue("plain")
     assert run_jobs() == 1
-    assert not {b"dj_limit_key", b"dj_parked", b"dj_turn"} & set(redis_db.hgetall(f"rq:job:{handle.id}"))
+    assert not {b"dj_limit_key", b"dj_line", b"dj_turn"} & set(redis_db.hgetall(f"rq:job:{handle.id}"))
     assert not redis_db.keys("djjobs:parked*") and not redis_db.keys("djjobs:slots:*")
+

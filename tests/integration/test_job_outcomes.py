@@ -104,7 +104,7 @@ def test_an_attempt_settled_outside_the_work_process_sends_job_failed_and_job_re
         )
     try:
         handle = jobs.record.enqueue("lost")
-        _, claimed = Store(redis_db).complete_and_claim(
+        _, claimed, _ = Store(redis_db).complete_and_claim(
             ["default"], finished=None, worker_name="dead", lease_seconds=60, nonce="n1", finished_ttl=60
         )
         assert claimed is not None and claimed.id == handle.id

@@ -33,7 +33,7 @@ def maintenance(redis_db, queues=("default",)):
 def lose_a_running_job(redis_db, key="survivor"):
     """A job claimed by a worker that died: its lease has expired, the next maintenance pass reaps it."""
     handle = jobs.record.enqueue(key)
-    _, claimed = Store(redis_db).complete_and_claim(
+    _, claimed, _ = Store(redis_db).complete_and_claim(
         ["default"], finished=None, worker_name="dead", lease_seconds=60, nonce="n1", finished_ttl=60
     )
     assert claimed is not None and claimed.id == handle.id

@@ -7,9 +7,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_jobs import outcomes
+from django_jobs import Snooze, outcomes
+from django_jobs.exceptions import WorkerLost
+from django_jobs.execution import settle_failure, settle_snooze
 from django_jobs.models import DeadLetter
 from django_jobs.outcomes import AttemptEnded, Outcome
+from django_jobs.store import LEASES, Claimed, Store
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -58,3 +61,35 @@ def test_dead_lettering_is_a_subscriber_the_app_connects():
     finally:
         outcomes.connect(connected)
     assert not DeadLetter.objects.filter(job_id=dead.id).exists()  # waits in "dying" for the supervisor
+
+
+def test_an_end_the_store_fenced_off_reaches_no_subscriber(seen, redis_db):
+    """An attempt settled twice (by a host cut off from Redis once its link returns, after the reaper
+    that took its lease back; or by two reapers at once) is published once: the second settling is
+    fenced off by the lease token, so the attempt is counted, signalled and logged once."""
+    handle = jobs.record.enqueue("settled twice")
+    store = Store(redis_db)
+    claimed = claim(store)
+    lost = WorkerLost("its work process died")
+    outcomes.publish(settle_failure(store, claimed, lost))
+    outcomes.publish(settle_failure(store, claimed, lost))
+    assert [(e.job_id, e.outcome) for e in seen] == [(handle.id, Outcome.LOST)]
+
+
+def test_a_snooze_the_store_fenced_off_reaches_no_subscriber(seen, redis_db):
+    """A snooze from an attempt whose lease was taken back changes nothing, and is counted nowhere:
+    whoever took the lease settled and counted the attempt."""
+    jobs.snoozer.enqueue("fenced", times=1)
+    store = Store(redis_db)
+    claimed = claim(store)
+    redis_db.zrem(LEASES, claimed.token)  # the reaper took the lease
+    outcomes.publish(settle_snooze(store, claimed, Snooze(1), jobs.snoozer, 0.01))
+    assert seen == []
+
+
+def claim(store: Store) -> Claimed:
+    claimed = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=10, nonce="n", finished_ttl=60
+    ).claimed
+    assert claimed is not None
+    return claimed

@@ -39,7 +39,7 @@ def enqueue(*pairs: tuple[str, int]) -> None:
 
 
 def claim(store: Store, nonce: str):
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60
     )
     assert claimed is not None

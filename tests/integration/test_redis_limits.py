@@ -140,8 +140,8 @@ def test_heartbeats_from_their_own_thread_keep_a_healthy_attempt_alive_until_the
     store = Store.of(get_connection("default"))
     jobs.record.enqueue("held")
     claimed_ns = time.monotonic_ns()
-    _, claimed = store.complete_and_claim(["default"], finished=None, worker_name="w", lease_seconds=lease,
-                                          nonce="n", finished_ttl=60)  # fmt: skip
+    _, claimed, _ = store.complete_and_claim(["default"], finished=None, worker_name="w", lease_seconds=lease,
+                                             nonce="n", finished_ttl=60)  # fmt: skip
     guard, process, board = LeaseGuard(lease), subprocess.Popen(["sleep", "60"]), ClaimBoard()
     heartbeat = Heartbeat(store, guard, lease)
     try:

@@ -9,7 +9,7 @@ import redis
 from django.utils import timezone
 
 from django_jobs.models import DeadLetter, OutboxEntry
-from django_jobs.store import LEASES, Store, queue_key, scheduled_key
+from django_jobs.store import LEASES, Store, keys, queue_key, scheduled_key
 from django_jobs.store.keys import priority_keys
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
@@ -33,6 +33,12 @@ def moved_keys(redis_db: redis.Redis) -> list[bytes]:
         (LEASES, lambda r, k: r.hset(k, "field", "value")),
         (priority_keys("default")[0], lambda r, k: r.rpush(k, "a")),
         (priority_keys("emails")[1], lambda r, k: r.set(k, "someone else's value")),
+        (keys.PAUSED, lambda r, k: r.rpush(k, "queue:default")),
+        (keys.PARKED, lambda r, k: r.set(k, "someone else's value")),
+        (  # a parked list the set of parked lists names
+            keys.parked_key("emails", "tests.record"),
+            lambda r, k: (r.sadd(keys.PARKED, '["emails", "tests.record"]'), r.set(k, "not a list")),
+        ),
     ],
 )
 def test_a_structure_key_of_the_wrong_type_is_moved_aside_and_recorded(redis_db, key, plant):

@@ -203,7 +203,7 @@ def test_a_garbage_trace_field_neither_stops_the_job_nor_joins_a_trace(spans, re
 def test_an_attempt_whose_work_process_died_gets_its_span_from_the_supervisor(spans, redis_db):
     job_id, origin = request("/enqueue/?key=orphaned")
     store = Store(redis_db)
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="n", finished_ttl=60
     )
     assert claimed is not None and claimed.id == job_id

@@ -4,7 +4,9 @@ not grow with the number of queued jobs."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
+import time
 
 import pytest
 import redis
@@ -18,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from django_jobs import collectors
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import rq_timestamp
+from django_jobs.testing import run_jobs
 from tests.observability.conftest import samples
 from tests.testapp import jobs
 
@@ -89,6 +92,29 @@ def test_live_workers_are_counted_by_state_and_expired_records_are_not(redis_db)
     assert gauge(scraped, "django_jobs_workers", state="idle") == 0
 
 
+def test_a_work_process_serving_two_servers_is_one_worker_busy_if_either_says_so(redis_db, emails_redis):
+    other = redis.Redis.from_url(emails_redis.url)
+    worker(redis_db, "host-a.1", "busy", queues="default")  # runjobs registers it on both servers
+    worker(other, "host-a.1", "idle", queues="emails")
+    worker(other, "host-a.2", "idle", queues="emails")
+    scraped = scrape()
+    assert gauge(scraped, "django_jobs_workers", state="busy") == 1
+    assert gauge(scraped, "django_jobs_workers", state="idle") == 1
+
+
+def test_a_redis_server_that_is_down_leaves_out_only_its_own_queues(redis_db, emails_redis, caplog):
+    jobs.record.enqueue("waiting")
+    emails_redis.stop()
+    with caplog.at_level(logging.WARNING, logger="django_jobs.metrics"):
+        scraped = scrape()
+    assert gauge(scraped, "django_jobs_queue_depth", queue="default") == 1
+    assert gauge(scraped, "django_jobs_redis_replicas", queue="default") == 0
+    assert gauge(scraped, "django_jobs_queue_depth", queue="emails") is None
+    assert gauge(scraped, "django_jobs_redis_replicas", queue="emails") is None
+    assert not [key for key in scraped if key[0] == "django_jobs_workers"]  # a partial count would mislead
+    assert "Gauges of queue(s) emails left out of this scrape" in caplog.text
+
+
 def test_dead_letter_and_outbox_gauges():
     for _ in range(3):
         dead_letter("tests.invalid")
@@ -141,8 +167,10 @@ def test_the_cost_does_not_grow_with_queued_jobs_or_dead_letters(private_redis):
     assert set(small[0]) <= {f"cmdstat_{name}" for name in read_only | script}, small[0]
     queues = len(settings.RQ_QUEUES)  # no worker runs: a few commands per queue, and per server
     priorities = 2  # each costs a ZCARD and a ZRANGEBYSCORE in the script and an HGET of its head
-    assert sum(small[0].values()) <= 8 * queues + 6 + 3 * priorities, small[0]
-    assert small[1] == 3  # one aggregate each: dead letters, outbox, overdue periodic runs
+    # workers, leases, the parked lines' script...; and what is paused (the paused hash, the parked lists)
+    per_server = 6 + 2
+    assert sum(small[0].values()) <= 8 * queues + per_server + 3 * priorities, small[0]
+    assert small[1] == 4  # one aggregate each: dead letters, outbox, overdue periodic runs, open batches
 
 
 def test_an_unreachable_redis_leaves_its_gauges_out_and_keeps_the_rest(redis_down, caplog):
@@ -184,3 +212,29 @@ def test_cron_periods_past_their_deadline_unfinished_are_counted_per_job():
     scraped = scrape()
     assert gauge(scraped, "django_jobs_cron_overdue", job="tests.tick") == 1
     assert gauge(scraped, "django_jobs_cron_overdue", job="tests.hourly") is None
+
+
+def test_pause_gauges_count_seconds_since_each_pause_and_zero_for_running_queues(redis_db):
+    from django_jobs import pause
+
+    ninety_seconds_ago = json.dumps({"at": time.time() - 90, "by": "ops", "reason": ""})
+    redis_db.hset("djjobs:paused", "queue:emails", ninety_seconds_ago)  # as a pause 90 s ago wrote it
+    pause(job=jobs.record)
+    jobs.record.enqueue("parked")
+    run_jobs()
+    scraped = scrape()
+    assert 90 <= gauge(scraped, "django_jobs_queue_paused_seconds", queue="emails") < 100
+    assert gauge(scraped, "django_jobs_queue_paused_seconds", queue="default") == 0
+    assert 0 <= gauge(scraped, "django_jobs_job_paused_seconds", job="tests.record") < 10
+    assert gauge(scraped, "django_jobs_job_paused_seconds", job="tests.greet") is None  # only paused types
+    assert gauge(scraped, "django_jobs_queue_depth", queue="default") == 0  # a parked job is not ready
+
+
+def test_open_batches_are_counted():
+    from django_jobs.batches import batch
+
+    with batch(name="waits"):
+        jobs.record.enqueue("member")
+    with batch(name="empty, so fired at once"):
+        pass
+    assert gauge(scrape(), "django_jobs_batches_open") == 1

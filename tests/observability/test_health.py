@@ -53,6 +53,7 @@ def test_healthy_when_services_answer_every_queue_has_a_worker_and_nothing_waits
         "ok   durability: default: fast",
         "ok   durability: emails: fast",
         "ok   replication: default, emails: master, no replica, primary last changed never",
+        "ok   paused: nothing",
     ]
 
 
@@ -90,6 +91,18 @@ def test_an_unreachable_redis_is_unhealthy(redis_down):
     assert "FAIL redis: Error 111 connecting" in out
 
 
+def test_a_redis_server_that_is_down_fails_only_its_own_queues(redis_db, emails_redis):
+    worker(redis_db, queues="default")
+    emails_redis.stop()
+    code, out = health()
+    assert code == 1
+    assert "ok   redis: default" in out and "ok   workers: default: 1 live" in out
+    failed = [line for line in out.splitlines() if line.startswith("FAIL")]
+    assert (
+        len(failed) == 1 and failed[0].startswith("FAIL redis: Error 111") and "(queues emails)" in failed[0]
+    )
+
+
 def test_an_unknown_queue_is_an_error():
     with pytest.raises(CommandError, match="nowhere"):
         call_command("jobs_health", "nowhere")
@@ -117,3 +130,28 @@ def test_as_a_probe_the_exit_code_says_whether_the_database_answers(reachable, t
     else:
         assert probe.returncode == 1, output
         assert "FAIL database: default:" in output and "unhealthy: database: default" in output
+
+
+def test_a_paused_queue_or_job_type_is_a_warning_and_its_waiting_jobs_are_no_failure(redis_db):
+    from django_jobs import pause
+
+    worker(redis_db)
+    jobs.record.options(queue="emails").enqueue("waits")
+    redis_db.hset(
+        f"rq:job:{redis_db.lindex('rq:queue:emails', 0).decode()}",
+        "enqueued_at",
+        rq_timestamp(dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)),
+    )
+    assert health("--skip", "database")[0] == 1  # two hours old on a running queue: unhealthy
+    pause(queue="emails", reason="provider down")
+    pause(job=jobs.greet)
+    code, out = health("--skip", "database")
+    assert code == 0, out
+    (age,) = [line for line in out.splitlines() if "age: emails" in line]
+    assert age.startswith("ok   age: emails: oldest job waited 720") and age.endswith("(limit 600), paused")
+    paused = [line for line in out.splitlines() if "paused:" in line]
+    assert [line.split(" s ago ")[0].rsplit(" ", 1)[0] for line in paused] == [
+        "WARN paused: job tests.greet: paused",
+        "WARN paused: queue emails: paused",
+    ]
+    assert paused[1].endswith(": provider down")

@@ -77,3 +77,26 @@ def test_a_taken_port_is_a_clear_error(metered_runjobs):
     assert f"Cannot serve metrics on 127.0.0.1:{port}" in second.output()
     time.sleep(0.2)
     assert first.proc.poll() is None
+
+
+def test_the_endpoint_reads_the_pause_gauges_of_its_queues_at_scrape_time(metered_runjobs):
+    from django_jobs import pause, resume
+
+    worker, port = metered_runjobs("emails")
+    wait_port(port)
+    url = f"http://127.0.0.1:{port}/metrics"
+    assert value(scrape(url), "django_jobs_queue_paused_seconds", queue="emails") == 0
+    pause(queue="emails")
+    pause(job=jobs.record)
+    text = scrape(url)  # no worker has to notice first: the endpoint asks Redis
+    assert value(text, "django_jobs_queue_paused_seconds", queue="emails") >= 0
+    assert value(text, "django_jobs_job_paused_seconds", job="tests.record") is not None
+    assert value(text, "django_jobs_queue_paused_seconds", queue="default") is None  # not its queue
+    wait_for(lambda: value(scrape(url), "django_jobs_queue_paused_seconds", queue="emails") > 0)
+    promtool_check_metrics(text)
+    resume(queue="emails")
+    resume(job=jobs.record)
+    text = scrape(url)
+    assert value(text, "django_jobs_queue_paused_seconds", queue="emails") == 0
+    assert value(text, "django_jobs_job_paused_seconds", job="tests.record") is None
+    assert worker.terminate() == 0, worker.output()

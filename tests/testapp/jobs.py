@@ -6,8 +6,10 @@ import signal
 import time
 from pathlib import Path
 
-from django_jobs import PermanentError, RetryPolicy, idempotent, job
+from django_jobs import PermanentError, RetryPolicy, Snooze, idempotent, job
+from django_jobs.batches import batch_callback
 from django_jobs.chains import Page, chain
+from django_jobs.models import Batch
 
 from .models import Item, SideEffect
 
@@ -394,6 +396,52 @@ def failover_limited(key: str, seconds: float = 0.02) -> None:
     failover(key, 0, seconds)
 
 
+# --- A host cut off from the network ---------------------------------------------------------------
+
+
+@job(name="tests.cut_off", timeout=60, retry=FAILOVER)
+def cut_off(key: str, marks: str, first: float, then: float = 0.2) -> None:
+    """Runs ``first`` seconds on its first attempt (or until a file ``<marks>.go`` appears) and
+    ``then`` on later ones, appending "<runjobs pid> <time>" to ``marks`` every 50 ms meanwhile, so a
+    test can tell which runjobs ran each attempt and that no two overlapped. Then it records that an
+    attempt ran to its end ("end:<key>"), and its side effect, once however often it runs."""
+    from django_jobs import current_job
+
+    attempt = current_job()
+    end = time.monotonic() + (first if attempt is not None and attempt.attempt == 1 else then)
+    go = Path(f"{marks}.go")
+    with open(marks, "a") as lines:
+        while True:
+            lines.write(f"{os.getppid()} {time.time()}\n")
+            lines.flush()
+            if time.monotonic() >= end or go.exists():
+                break
+            time.sleep(0.05)
+    SideEffect.objects.create(key=f"end:{key}")
+    with idempotent(f"cut_off:{key}") as first_time:
+        if first_time:
+            SideEffect.objects.create(key=key)
+
+
+@job(name="tests.cut_off_limited", timeout=60, retry=FAILOVER, concurrency=1)
+def cut_off_limited(key: str, marks: str, first: float, then: float = 0.2) -> None:
+    """As ``cut_off``, one at a time across every runjobs: its slot must be free again after a partition."""
+    cut_off(key, marks, first, then)
+
+
+@job(name="tests.cut_off_result", timeout=60, retry=FAILOVER, store_result=True)
+def cut_off_result(key: str, marks: str, first: float, then: float = 0.2) -> int:
+    """As ``cut_off``, and returns the pid of the runjobs that ran it: which attempt's completion landed."""
+    cut_off(key, marks, first, then)
+    return os.getppid()
+
+
+@job(name="tests.cut_off_refused", timeout=3600, retry=FAILOVER)
+def cut_off_refused(key: str) -> None:
+    """Fails for good at once; its timeout is long enough for its dead-lettering to wait out any cut."""
+    raise PermanentError(f"refused: {key}")
+
+
 # --- Cancellation -----------------------------------------------------------------------------------
 
 
@@ -427,7 +475,7 @@ def deaf(key: str, seconds: float = 30.0) -> None:
 @job(name="tests.cancels_itself", timeout=10, retry=FAST)
 def cancels_itself(key: str, then: str = "stop") -> None:
     """Asks for its own cancel (as another process would), then stops as asked (``then="stop"``),
-    fails (``"fail"``) or finishes its work regardless (``"finish"``)."""
+    fails (``"fail"``), snoozes (``"snooze"``) or finishes its work regardless (``"finish"``)."""
     from django_jobs import JobCancelled, cancel, cancel_requested, current_job
 
     attempt = current_job()
@@ -438,6 +486,8 @@ def cancels_itself(key: str, then: str = "stop") -> None:
         raise JobCancelled("stopped as asked")
     if then == "fail":
         raise ConnectionError("upstream down while stopping")
+    if then == "snooze":
+        raise Snooze(0.05)
     SideEffect.objects.create(key=key)
 
 
@@ -468,3 +518,112 @@ def per_account(account: str, key: str, seconds: float = 0.0, fail: bool = False
 )
 def per_account_rated(account: str, key: str) -> None:
     SideEffect.objects.create(key=f"{account}|{key}")
+
+
+# --- Snooze and expiry ------------------------------------------------------------------------------
+
+
+@job(name="tests.snoozer", timeout=10, retry=FAST)
+def snoozer(key: str, times: int, seconds: float = 0.05, returned: bool = False) -> object:
+    """Snoozes its first ``times`` runs (raising ``Snooze``, or returning it), then does its work.
+    Each run records the attempt number current_job() saw, so a test can see no attempt was spent."""
+    from django_jobs import current_job
+
+    attempt = current_job()
+    SideEffect.objects.create(key=f"run:{key}:{attempt.attempt if attempt else 0}")
+    if SideEffect.objects.filter(key__startswith=f"run:{key}:").count() <= times:
+        if returned:
+            return Snooze(seconds)
+        raise Snooze(seconds)
+    SideEffect.objects.create(key=key)
+    return None
+
+
+@job(name="tests.snoozes_forever", timeout=10, retry=FAST, max_snoozes=3)
+def snoozes_forever(key: str, seconds: float = 0.05) -> None:
+    """A partner that always answers 429: snoozes on every run, until its cap dead-letters it."""
+    SideEffect.objects.create(key=f"run:{key}")
+    raise Snooze(seconds)
+
+
+BAD_SNOOZES: dict[str, object] = {
+    "negative": -1,
+    "nan": float("nan"),
+    "infinite": float("inf"),
+    "a year": 365 * 86400,
+    "text": "30",
+    "bool": True,
+}
+
+
+@job(name="tests.snoozes_badly", timeout=10, retry=FAST)
+def snoozes_badly(key: str, kind: str) -> None:
+    """Asks for a snooze Snooze() refuses (``BAD_SNOOZES``): its attempt fails like any other."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    raise Snooze(BAD_SNOOZES[kind])  # type: ignore[arg-type]
+
+
+@job(name="tests.reminder", timeout=10, retry=FAST, expires=2)
+def reminder(key: str) -> None:
+    """Useless two seconds after its enqueue: a run that has not started by then is dropped."""
+    SideEffect.objects.create(key=key)
+
+
+@chain(name="tests.snoozy_pages", timeout=30, retry=FAST)
+def snoozy_pages(cursor: int | None, *, page_size: int, returned: bool = False) -> Page | Snooze:
+    """``sync_items`` whose every page snoozes on its first run, after writing (the writes roll
+    back with the page). Runs are counted in Redis, which no rollback undoes."""
+    from django_jobs.connections import get_connection
+
+    items = list(Item.objects.filter(pk__gt=cursor or 0).order_by("pk")[:page_size])
+    for item in items:
+        SideEffect.objects.create(key=f"item:{item.pk}")
+    if get_connection("default").incr(f"tests:snoozy_pages:{cursor}") == 1:
+        if returned:
+            return Snooze(0.05)
+        raise Snooze(0.05)
+    return Page(next_cursor=items[-1].pk if len(items) == page_size else None, items=len(items))
+
+
+# --- Batches -------------------------------------------------------------------------------------
+
+
+@batch_callback(name="tests.batch_done", timeout=10, retry=FAST)
+def batch_done(batch: Batch, label: str) -> None:
+    """Records each run with what the batch says: the framework runs it once per batch and kind."""
+    SideEffect.objects.create(key=f"{label}|{batch.pk}|{batch.status}|{batch.succeeded}|{batch.ended}")
+
+
+@batch_callback(name="tests.batch_flaky_done", timeout=10, retry=FAST)
+def batch_flaky_done(batch: Batch, label: str) -> None:
+    """Fails its first run after writing (the write rolls back with the run mark), then succeeds."""
+    from django_jobs.connections import get_connection
+
+    SideEffect.objects.create(key=f"{label}|{batch.pk}")
+    if get_connection("default").incr(f"tests:flaky:{batch.pk}") == 1:
+        raise ConnectionError("flaky upstream")
+
+
+@job(name="tests.needs_fix", timeout=10, retry=FAST)
+def needs_fix(key: str) -> None:
+    """Dead-lettered at once until a "fixed:<key>" row exists (an operator's data fix); then done once."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    if not SideEffect.objects.filter(key=f"fixed:{key}").exists():
+        raise PermanentError(f"{key} needs a fix")
+    with idempotent(f"needs_fix:{key}") as first:
+        if first:
+            SideEffect.objects.create(key=key)
+
+
+@job(name="tests.gate", timeout=30, retry=SOAK)
+def gate(key: str, path: str) -> None:
+    """Waits (up to 20 s an attempt) for ``path`` to exist, then does its side effect once."""
+    SideEffect.objects.create(key=f"attempt:{key}")
+    end = time.monotonic() + 20
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            raise ConnectionError(f"{path} did not appear")
+        time.sleep(0.05)
+    with idempotent(f"gate:{key}") as first:
+        if first:
+            SideEffect.objects.create(key=key)

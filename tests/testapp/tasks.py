@@ -10,6 +10,7 @@ import time
 
 import django
 
+from django_jobs import Snooze
 from django_jobs.connections import get_connection
 
 from .models import SideEffect
@@ -96,6 +97,17 @@ async def async_add(context: TaskContext, a: int, b: int) -> dict[str, int]:
 def exits() -> None:
     """Ends its work process on every attempt: the supervisor settles it (WorkerLost)."""
     os._exit(3)
+
+
+@task(takes_context=True)
+def snoozes(context: TaskContext, key: str, times: int, returned: bool = False) -> object:
+    """Snoozes (raised, or returned) its first ``times`` runs, then returns the attempt it ran as."""
+    SideEffect.objects.create(key=f"{key}:{context.attempt}")
+    if SideEffect.objects.filter(key__startswith=f"{key}:").count() <= times:
+        if returned:
+            return Snooze(0.05)
+        raise Snooze(0.05)
+    return {"attempt": context.attempt}
 
 
 @task(backend="dummy")

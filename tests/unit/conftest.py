@@ -11,7 +11,7 @@ def redis_db() -> None:
 
 
 #: Fixtures that reach a server; a unit test that asks for one belongs in tests/integration.
-NETWORK_FIXTURES = {"_redis_guard", "redis_url", "private_redis", "runjobs", "live_server"}
+NETWORK_FIXTURES = {"_redis_guard", "redis_url", "private_redis", "emails_redis", "runjobs", "live_server"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -268,6 +268,7 @@ NUMERIC = [
     "MAX_PAYLOAD_BYTES",
     "ALERT_WINDOW",
     "REQUEUE_RATE",
+    "BATCH_SWEEP_INTERVAL",
 ]
 
 
@@ -293,7 +294,22 @@ def test_e009_non_finite_setting(value):
 
 @pytest.mark.parametrize("key", NUMERIC)
 def test_positive_numbers_pass(key):
-    with with_jobs(**{key: 0.5 if key != "MAX_PAYLOAD_BYTES" else 1024}):
+    # A half-second FINISHED_TTL wants a batch sweep well within it (W031, below).
+    sweep = {"BATCH_SWEEP_INTERVAL": 0.1} if key == "FINISHED_TTL" else {}
+    with with_jobs(**{key: 0.5 if key != "MAX_PAYLOAD_BYTES" else 1024}, **sweep):
+        assert ours(checks.check_settings()) == []
+
+
+@pytest.mark.parametrize(("interval", "ttl"), [(1801, 3600), (60, 60), (10, 5)])
+def test_w031_a_batch_sweep_that_a_finished_job_could_outlive_unseen(interval, ttl):
+    with with_jobs(BATCH_SWEEP_INTERVAL=interval, FINISHED_TTL=ttl):
+        message = only(checks.check_settings(), "django_jobs.W031")
+    assert isinstance(message, Warning)
+    assert "BATCH_SWEEP_INTERVAL" in message.msg and "expired" in message.msg and message.hint
+
+
+def test_w031_not_raised_for_a_sweep_well_within_finished_ttl():
+    with with_jobs(BATCH_SWEEP_INTERVAL=1800, FINISHED_TTL=3600):
         assert ours(checks.check_settings()) == []
 
 
@@ -302,6 +318,22 @@ def test_e010_bad_log_format(log_format):
     with with_jobs(LOG_FORMAT=log_format):
         message = only(checks.check_settings(), "django_jobs.E010")
     assert "text" in message.hint and "json" in message.hint
+
+
+@pytest.mark.parametrize("value", [0, -3, 2.5, "10", True, None, math.inf])
+def test_e025_max_snoozes_is_not_a_whole_number_of_at_least_one(value):
+    with with_jobs(MAX_SNOOZES=value):
+        message = only(checks.check_settings(), "django_jobs.E025")
+        assert "django_jobs.E009" not in ids(checks.check_settings())  # reported once, under its own id
+    assert "MAX_SNOOZES" in message.msg and "max_snoozes" in message.hint
+
+
+def test_max_snoozes_is_read_as_given():
+    from django_jobs.conf import jobs_settings
+
+    with with_jobs(MAX_SNOOZES=7):
+        assert ours(checks.check_settings()) == [] and jobs_settings.MAX_SNOOZES == 7
+    assert jobs_settings.MAX_SNOOZES == 100  # the default
 
 
 def test_several_problems_are_all_reported():

@@ -36,7 +36,12 @@ def test_every_django_runs_the_in_process_tests_on_both_databases_and_every_test
              if selected == ["tests"]]  # fmt: skip
     assert whole == ["sqlite"]
     postgres = {path for _python, _django, databases in matrix() for path in databases["postgres"]}
-    assert {"tests/acceptance/test_nothing_lost.py", "tests/acceptance/test_failover.py"} <= postgres
+    about_the_server = {
+        "tests/acceptance/test_nothing_lost.py",
+        "tests/acceptance/test_failover.py",
+        "tests/acceptance/test_partition.py::test_a_host_cut_off_from_its_database_finishes_each_job_once",
+    }
+    assert about_the_server <= postgres
 
 
 def test_the_tasks_backport_is_installed_beside_django_5_2_only():

@@ -7,15 +7,12 @@ admin: a change made here shows in the admin's history under the operator's name
 from __future__ import annotations
 
 import datetime as dt
-import getpass
 import json
 import re
 import sys
 from argparse import ArgumentParser, ArgumentTypeError
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count, Max, QuerySet
 from django.utils import timezone
@@ -24,7 +21,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from ... import deadletter, redaction, selection
 from ...conf import jobs_settings
 from ...models import DeadLetter
-from ..arguments import real, whole
+from ..arguments import audited_user, real, whole
 
 FILTER_OPTIONS = ("job", "exception", "queue", "status", "reason", "group", "since", "until", "search")
 LIST_FIELDS = ("pk", "status", "created_at", "job_name", "queue", "exception", "attempts", "message")
@@ -183,20 +180,6 @@ class Command(BaseCommand):
 
     # --- changing ----------------------------------------------------------------------------------
 
-    def _actor(self, options: dict[str, Any], permission: str) -> AbstractBaseUser:
-        """The audited user; the same permission as in the admin is required."""
-        username = options["user"] or getpass.getuser()
-        users = get_user_model()._default_manager
-        try:
-            user: AbstractBaseUser = users.get_by_natural_key(username)
-        except get_user_model().DoesNotExist:
-            raise CommandError(
-                f"No admin user {username!r}: every change is audited; pass --user with your admin username."
-            ) from None
-        if not user.is_active or not user.has_perm(permission):  # type: ignore[attr-defined]
-            raise CommandError(f"User {username!r} lacks the {permission!r} permission.")
-        return user
-
     def _confirmed(self, options: dict[str, Any], question: str) -> bool:
         if options["yes"]:
             return True
@@ -214,7 +197,7 @@ class Command(BaseCommand):
         return entries.filter(pk__lte=found["through"] or 0), found["count"]
 
     def _requeue(self, options: dict[str, Any]) -> None:
-        user = self._actor(options, deadletter.REQUEUE_PERMISSION)
+        user = audited_user(options["user"], deadletter.REQUEUE_PERMISSION)
         rate = options["rate"] or jobs_settings.REQUEUE_RATE
         if rate <= 0:
             raise CommandError("--rate must be a positive number of jobs per second.")
@@ -234,7 +217,7 @@ class Command(BaseCommand):
             self.stderr.write(f"{skipped} entry(ies) of {name!r} left open: {deadletter.REFUSED}.")
 
     def _discard(self, options: dict[str, Any]) -> None:
-        user = self._actor(options, deadletter.DISCARD_PERMISSION)
+        user = audited_user(options["user"], deadletter.DISCARD_PERMISSION)
         entries, count = self._open(options)
         if not count:
             self.stdout.write("No open dead letter matches.")

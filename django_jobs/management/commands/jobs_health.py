@@ -16,11 +16,12 @@ from django_jobs.conf import jobs_settings
 from django_jobs.connections import connection_identity, queue_configs
 from django_jobs.eviction import eviction_policy
 from django_jobs.exceptions import ConfigurationError
-from django_jobs.inspect import QueueState, WorkerState, server_connections, servers
+from django_jobs.inspect import QueueState, WorkerState, read_all, server_connections
 from django_jobs.management.arguments import real
+from django_jobs.pausing import describe, paused
 from django_jobs.store.replication import Primary
 
-CHECKS = ("database", "redis", "workers", "age", "eviction", "quarantine", "durability")
+CHECKS = ("database", "redis", "workers", "age", "eviction", "quarantine", "durability", "paused")
 #: Seconds the oldest due ledger row may wait before the durability line warns.
 LEDGER_WARN_AGE = 1800.0
 
@@ -28,9 +29,10 @@ LEDGER_WARN_AGE = 1800.0
 class Command(BaseCommand):
     help = (
         "Exit non-zero if a database or Redis does not answer, a queue has no live worker, or a "
-        "queue's oldest job waited longer than --max-age. Warn (exit 0) about a Redis that may evict "
-        "jobs, about quarantined or vanished items and about a ledger that does not drain; report each "
-        "queue's durability level and its Redis' replicas. One line per check."
+        "running queue's oldest job waited longer than --max-age. Warn (exit 0) about a Redis that may "
+        "evict jobs, about quarantined or vanished items, about a ledger that does not drain and about "
+        "paused queues and job types; report each queue's durability level and its Redis' replicas. "
+        "One line per check."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -73,6 +75,8 @@ class Command(BaseCommand):
             self._quarantine()
         if "durability" not in skip:
             self._durability(queues)
+        if "paused" not in skip:
+            self._paused(queues)
         if failures:
             raise CommandError(f"unhealthy: {'; '.join(failures)}", returncode=1)
 
@@ -116,12 +120,20 @@ class Command(BaseCommand):
                 detail += f", {state.pending} ledger row(s) pending, oldest due {state.oldest_age:.0f} s ago"
             ok = state is None or state.oldest_age <= LEDGER_WARN_AGE
             self._warn_unless(ok, "durability", detail + ("" if ok else " (the ledger does not drain)"))
+        for names, primary in durability.replication(queues):
+            if not isinstance(primary, RedisError):  # else the redis check says so
+                self._warn_unless(True, "replication", f"{', '.join(names)}: {_replication(primary)}")
+
+    def _paused(self, queues: list[str]) -> None:
+        """Each pause of these queues and of any job type: deliberate, so a warning, never a failure."""
         try:
-            servers_state = durability.replication(queues)
+            found = [p for p in paused() if p.kind == "job" or p.name in queues]
         except RedisError:
             return  # the redis check says so
-        for names, primary in servers_state:
-            self._warn_unless(True, "replication", f"{', '.join(names)}: {_replication(primary)}")
+        for one in found:
+            self._warn_unless(False, "paused", describe(one, time.time()))
+        if not found:
+            self._warn_unless(True, "paused", "nothing")
 
     def _databases(self) -> list[str]:
         failures = []
@@ -138,13 +150,15 @@ class Command(BaseCommand):
     def _queues(self, queues: list[str], skip: set[str], max_age: float, local: bool) -> list[str]:
         stats: list[QueueState] = []
         workers: list[WorkerState] = []
-        try:
-            for part in servers(queues):
-                stats += part.queues
-                workers += [w for w in part.workers if w.state]
-        except RedisError as exc:
-            return self._report(False, "redis", str(exc))
-        failures = [] if "redis" in skip else self._report(True, "redis", ", ".join(queues))
+        failures: list[str] = []
+        for names, _, part in read_all(queues):  # a server that is down fails only its own queues
+            if isinstance(part, RedisError):
+                failures += self._report(False, "redis", f"{part} (queues {', '.join(names)})")
+                continue
+            if "redis" not in skip:
+                failures += self._report(True, "redis", ", ".join(names))
+            stats += part.queues
+            workers += [w for w in part.workers if w.state]
         if local:
             workers = [w for w in workers if w.hostname == socket.gethostname()]
         for queue in stats:
@@ -153,8 +167,10 @@ class Command(BaseCommand):
                 failures += self._report(bool(serving), "workers", f"{queue.name}: {serving} live")
             if "age" not in skip:
                 age = queue.oldest_age or 0.0
+                detail = f"{queue.name}: oldest job waited {age:.0f} s (limit {max_age:g})"
+                paused_queue = queue.paused is not None  # its jobs wait on purpose: the pause line says so
                 failures += self._report(
-                    age <= max_age, "age", f"{queue.name}: oldest job waited {age:.0f} s (limit {max_age:g})"
+                    age <= max_age or paused_queue, "age", detail + (", paused" if paused_queue else "")
                 )
         return failures
 

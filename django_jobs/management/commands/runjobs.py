@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 
 from django_jobs import logs
 from django_jobs.conf import jobs_settings
+from django_jobs.connections import cluster_mode
 from django_jobs.eviction import eviction_policy
 from django_jobs.exceptions import ConfigurationError
 from django_jobs.management.arguments import real, whole
@@ -78,12 +79,14 @@ class Command(BaseCommand):
             )
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
-        self._refuse_eviction(supervisor.connection)
+        for server in supervisor.servers:
+            self._refuse_unsafe(server.connection)
         with contextlib.ExitStack() as stack:
             if options["metrics_port"] is not None:
                 addr, port = options["metrics_addr"], options["metrics_port"]
                 try:
-                    stack.enter_context(metrics_server.serving(addr, port, supervisor.queues))
+                    names = [server.name for server in supervisor.servers]
+                    stack.enter_context(metrics_server.serving(addr, port, supervisor.queues, names))
                 except OSError as exc:
                     raise CommandError(f"Cannot serve metrics on {addr}:{port}: {exc}") from exc
             code = supervisor.run()
@@ -91,13 +94,20 @@ class Command(BaseCommand):
             raise CommandError(f"runjobs stopped with a fatal error (exit code {code}).", returncode=code)
 
     @staticmethod
-    def _refuse_eviction(connection: Redis) -> None:
-        """Stop before taking any job from a Redis that may evict them, unless the operator accepts it."""
+    def _refuse_unsafe(connection: Redis) -> None:
+        """Stop before taking any job from a Redis that may evict them, unless the operator accepts
+        it, or from a Redis Cluster node, where no transition can run."""
         try:
             found = eviction_policy(connection)
+            clustered = cluster_mode(connection)
         except RedisError as exc:  # runjobs waits for Redis; the policy is checked at the next start
             logger.warning("Could not read Redis's maxmemory-policy at start-up: %s", exc)
             return
+        if clustered:
+            raise CommandError(
+                f"Redis {found.server} runs in cluster mode, which cannot hold RQ's keys: give the queues "
+                "standalone Redis servers (see the README, 'Queues on several Redis servers')."
+            )
         if found.evicts and not jobs_settings.ALLOW_EVICTION:
             raise CommandError(f"{found.describe()} Or set JOBS['ALLOW_EVICTION'] = True to run anyway.")
         if found.evicts or found.unknown:

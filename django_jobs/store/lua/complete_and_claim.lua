@@ -1,30 +1,39 @@
 -- Finish the previous job, then claim the next one from the queues (in priority order).
--- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished, KEYS[4] lost; then six keys per queue (its list,
--- scheduled set, wip set, high and low priority sets, index of parked lines);
--- then the slot keys of the limited job names; then, when a job finished, its wip set and its hash,
--- and if it had a limit key (limit_key): its scope's slots, its line and its queue's index of lines,
--- then its queue's list, high and low sets and wake list (where its next parked job goes).
+-- KEYS[1] leases, KEYS[2] dying, KEYS[3] vanished, KEYS[4] lost, KEYS[5] the paused hash, KEYS[6] the
+-- set of parked lists; then six keys per queue (its list, scheduled set, wip set, high and low priority
+-- sets, index of lines of jobs parked over their key's limit); then the slot keys of the limited job
+-- names, and one parked list per queue of each paused job type; then, when a job finished, its wip
+-- set and its hash, and if it had a limit key (limit_key): its scope's slots, its line and its queue's
+-- index of lines, then its queue's list, high and low sets and wake list (where its next parked job goes).
 -- ARGV[1] finished token or '', ARGV[2] number of queues, ARGV[3] ended_at, ARGV[4] finished ttl,
 -- ARGV[5] worker name, ARGV[6] lease seconds, ARGV[7] started_at, ARGV[8] nonce,
 -- ARGV[9] JSON {job name or alias: [concurrency, rate count, rate period, index of its slot key or 0,
--- rate counter prefix]} (slots and rate windows are keyed by the canonical name, so aliases share them;
--- a name with limit_key has [concurrency, rate count, rate period, 0, rate counter prefix, slots prefix,
--- '<canonical name>\n'] and its limits hold per scope, see fair.lua), ARGV[10] seconds a job over its
--- type's limit waits, ARGV[11] the job hash prefix, ARGV[12] seconds until maintenance looks at a
--- line a job was parked in, ARGV[12 + n] the name of queue n; then the finished job's scope as
--- next_turn reads it (fair.lua) or '', and last its return value as JSON, or '' (not kept).
+-- rate counter prefix, and for a name with limit_key or a paused type: the slots prefix and its scope's
+-- prefix '<canonical name>\n' (false without limit_key: its limits hold per scope, see fair.lua), and
+-- while its type is paused: its field in the paused hash, the index of its first parked list (one per
+-- queue, in order), its canonical name]} (slots, rate windows and parked lists are keyed by the
+-- canonical name, so aliases share them), ARGV[10] seconds a job over its type's limit waits,
+-- ARGV[11] the job hash prefix, ARGV[12] seconds until maintenance looks at a line a job was parked in,
+-- ARGV[12 + n] the name of queue n; then the finished job's scope as next_turn reads it (fair.lua) or
+-- '', and last its return value as JSON, or '' (not kept).
 -- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), a rate counter
 -- (its name holds the window, from Redis time), and a scope's slots, line and rate counters and the
 -- hash of a job woken from a line (their names hold the job's key value, known once its hash is read,
 -- or the woken id); all built from prefixes in ARGV or KEYS, on this server.
 -- The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
+-- A job that never started (no attempt counted: a snooze gives its attempt back) and whose dj_expires
+-- (Unix time) has passed is not run: it ends canceled with dj_expired, and is reported to the caller.
 -- Per queue the high set's head goes first, then the list's, then the low set's (see ready.lua).
 -- Nothing after the pop may raise unless it first puts the id back (put_back): a script error would
 -- otherwise leave the popped id nowhere.
--- A job over its key's limit, or behind the jobs parked for its key, is parked (fair.lua); a job over
--- its type's limit is deferred to the scheduled set.
--- Returns {finished_ok, queue number, id, token, fields} (fields as they were before the claim),
--- {finished_ok, 'deferred'} after setting a batch of limited jobs aside, or {finished_ok}.
+-- The checks of a popped job, in order: expired (dropped), its type paused (parked in the paused list:
+-- its limits say so, and the paused hash still does: a resume may have come since the worker last
+-- looked; no attempt, no lease, its order kept), over its key's limit or behind the jobs parked for
+-- its key (parked in its key's line, fair.lua), over its type's limit (deferred to the scheduled set).
+-- Returns {finished_ok, expired, queue number, id, token, fields} (fields as they were before the
+-- claim), {finished_ok, expired, 'deferred'} after deferring, parking or dropping a batch of jobs, or
+-- {finished_ok, expired}; expired is {queue number, id, fields, ...} of each job it dropped because it
+-- expired, or false (nil to the caller) when none did.
 ${NOW}
 -- The functions of limits per key (fair.lua, and ready.lua's they use), made only once a claim or a
 -- completion needs them, so that a plain job's claim does not pay for making them.
@@ -39,6 +48,7 @@ ${FAIR}
 end
 
 local leases, dying, vanished, lost = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local paused, parked_lists = KEYS[5], KEYS[6]
 local finished = 0
 if ARGV[1] ~= '' then
   local scope = ARGV[#ARGV - 1] ~= '' and cjson.decode(ARGV[#ARGV - 1])
@@ -57,7 +67,8 @@ if ARGV[1] ~= '' then
 end
 local limits = cjson.decode(ARGV[9])
 local backoff = tonumber(ARGV[10])
-local deferred = 0
+local deferred, parked = 0, 0
+local expired = false  -- a table once a job expired: the plain path builds none
 
 -- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
 local function limit_of(name)
@@ -118,8 +129,50 @@ local function must(id, ...)
   return reply
 end
 
+
+-- A job that never started (no attempt counted) whose expiry has passed is never run: it ends canceled
+-- with dj_expired, before its pause and limits are looked at (it is not parked, takes no slot and starts
+-- no rate window), and is reported to the caller. The caller checks first: a plain job costs no call.
+local function expire(n, id, key, fields)
+  must(id, 'HSET', key, 'status', '${CANCELED}', 'ended_at', ARGV[3], 'dj_expired', ARGV[3])
+  redis.call('EXPIRE', key, ARGV[4])  -- kept like a finished job's: a duplicate push stays a no-op
+  expired = expired or {}
+  local e = #expired
+  expired[e + 1], expired[e + 2], expired[e + 3] = n, id, fields
+end
+
+-- Whether the job in hand belongs to a paused type; only asked of jobs whose limits say it is.
+local function held(id, limit)
+  if not (limit and limit[8]) then return false end
+  return must(id, 'HEXISTS', paused, limit[8]) == 1
+end
+
+-- Park the job in hand at the tail of its type's parked list for queue n: it keeps its attempt count,
+-- status (queued) and order (and a job of a scope its turn), and a resume puts it back at the head of
+-- its queue.
+local function park(id, key, limit, n)
+  must(id, 'SADD', parked_lists, cjson.encode({ARGV[12 + n], limit[10]}))
+  must(id, 'RPUSH', KEYS[limit[9] + n - 1], id)
+  redis.call('HSET', key, 'dj_parked', limit[10])
+end
+
+-- The scope of a job whose type's limits hold per key (limit_key), and its turn if it was parked in
+-- the scope's line; nil for a plain job, which costs no look.
+local function scope_of(limit, fields)
+  if not (limit and limit[7]) then return nil, nil end
+  local value, turn = fair().key_of(fields)
+  return value and limit[7] .. value, turn
+end
+
+-- A woken job of a scope that will not start now (expired, or its type paused) gives back the slot it
+-- held for itself (fair.lua), so maintenance's next look at its line wakes the next job instead.
+local function give_back(id, limit, fields)
+  local scope, turn = scope_of(limit, fields)
+  if scope and turn then redis.pcall('ZREM', limit[6] .. scope, id) end
+end
+
 for n = 1, tonumber(ARGV[2]) do
-  local list, sched, wip, high, low, index = unpack(KEYS, 6 * n - 1, 6 * n + 4)
+  local list, sched, wip, high, low, index = unpack(KEYS, 6 * n + 1, 6 * n + 6)
   local id = take(list, high, low)
   while id do
     local key = ARGV[11] .. id
@@ -135,45 +188,54 @@ for n = 1, tonumber(ARGV[2]) do
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
       must(id, 'ZADD', dying, now, id)
     elseif #fields > 0 then
-      local attempt, name, workers = 0, '', nil
+      local attempt, name, workers, expires = 0, '', nil, nil
       for i = 1, #fields, 2 do
         if fields[i] == 'dj_attempt' then attempt = tonumber(fields[i + 1]) or 0
         elseif fields[i] == 'description' then name = fields[i + 1]
-        elseif fields[i] == 'dj_workers' then workers = fields[i + 1] end
+        elseif fields[i] == 'dj_workers' then workers = fields[i + 1]
+        elseif fields[i] == 'dj_expires' then expires = tonumber(fields[i + 1]) end
       end
-      local limit, scope, turn = limit_of(name), nil, nil
-      if limit and limit[7] then  -- its type's limits hold per key (limit_key): they are its scope's
-        scope, turn = fair().key_of(fields)
-        if not scope then limit = nil end  -- queued before its type had a key: no limit applies
-        scope = scope and limit[7] .. scope
-      end
-      local checked, wait = pcall(blocked, limit, scope, id, turn, index)
-      if not checked then put_back(id, wait) end  -- a slot, rate or line key of the wrong type
-      if wait and scope then
-        local parked, err = pcall(fair().park, index, scope, id, key, turn, now + wait)
-        if not parked then put_back(id, err) end  -- its line or the index is of the wrong type
-        deferred = deferred + 1
-        if deferred >= 20 then return {finished, 'deferred'} end
-      elseif wait then
-        must(id, 'ZADD', sched, now + wait + deferred * 0.01, id)
-        redis.call('HSET', key, 'status', '${SCHEDULED}')
-        deferred = deferred + 1
-        if deferred >= 20 then return {finished, 'deferred'} end
+      local limit = limit_of(name)
+      if expires and attempt == 0 and now >= expires then
+        give_back(id, limit, fields)
+        expire(n, id, key, fields)
+      elseif held(id, limit) then
+        give_back(id, limit, fields)  -- a parked job takes no slot or rate
+        park(id, key, limit, n)
+        parked = parked + 1
       else
-        local token = id .. ':' .. ARGV[8]
-        must(id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
-        -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
-        workers = workers and string.sub(workers .. '\n' .. ARGV[5], -4096) or ARGV[5]
-        -- one HSET: on the first attempt its start is also the first start (a key written again: harmless)
-        redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
-                   'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1, 'dj_workers', workers,
-                   attempt == 0 and 'dj_first_started' or 'started_at', ARGV[7])
-        redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
-        if limit and limit[1] > 0 then
-          redis.pcall('ZADD', scope and limit[6] .. scope or KEYS[limit[4]], now, token)
+        local scope, turn = scope_of(limit, fields)
+        if limit and limit[7] and not scope then limit = nil end  -- queued before its type had a key
+        local checked, wait = pcall(blocked, limit, scope, id, turn, index)
+        if not checked then put_back(id, wait) end  -- a slot, rate or line key of the wrong type
+        if wait and scope then
+          local lined, err = pcall(fair().park, index, scope, id, key, turn, now + wait)
+          if not lined then put_back(id, err) end  -- its line or the index is of the wrong type
+          deferred = deferred + 1
+        elseif wait then
+          must(id, 'ZADD', sched, now + wait + deferred * 0.01, id)
+          redis.call('HSET', key, 'status', '${SCHEDULED}')
+          deferred = deferred + 1
+        else
+          local token = id .. ':' .. ARGV[8]
+          must(id, 'ZADD', leases, now + tonumber(ARGV[6]), token)
+          -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
+          workers = workers and string.sub(workers .. '\n' .. ARGV[5], -4096) or ARGV[5]
+          -- one HSET: on the first attempt its start is also the first start (a key written again: harmless)
+          redis.call('HSET', key, 'status', '${STARTED}', 'started_at', ARGV[7], 'worker_name', ARGV[5],
+                     'last_heartbeat', ARGV[7], 'dj_attempt', math.floor(attempt) + 1, 'dj_workers', workers,
+                     attempt == 0 and 'dj_first_started' or 'started_at', ARGV[7])
+          redis.pcall('ZADD', wip, '+inf', token)  -- RQ's registry: for its tools only
+          if limit and limit[1] > 0 then
+            redis.pcall('ZADD', scope and limit[6] .. scope or KEYS[limit[4]], now, token)
+          end
+          if turn then redis.pcall('HDEL', key, 'dj_line', 'dj_turn') end  -- its turn came
+          return {finished, expired, n, id, token, fields}
         end
-        if turn then redis.pcall('HDEL', key, 'dj_parked', 'dj_turn') end  -- its turn came
-        return {finished, n, id, token, fields}
+      end
+      -- a batch of parked, deferred or expired jobs ends this script; the caller claims again, behind them
+      if parked >= 100 or deferred + (expired and #expired / 3 or 0) >= 20 then
+        return {finished, expired, 'deferred'}
       end
     else
       -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
@@ -182,4 +244,4 @@ for n = 1, tonumber(ARGV[2]) do
     id = take(list, high, low)
   end
 end
-return {finished}
+return {finished, expired}

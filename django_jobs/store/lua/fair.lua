@@ -2,7 +2,7 @@
 -- scope's limit is parked in the scope's line of its queue, the sorted set '<index>\n<scope>' (index:
 -- the queue's djjobs:parked:<queue>) scored by the job's turn, and a new job of a scope whose line
 -- holds jobs goes behind them: first come, first served, per key. A parked job's hash says where it
--- waits (dj_parked: its scope; dj_turn: its turn) until it starts. The index lists the scopes whose
+-- waits (dj_line: its scope; dj_turn: its turn) until it starts. The index lists the scopes whose
 -- line holds jobs, scored by when maintenance looks at the line next.
 -- The end of an attempt frees its slot and wakes the next parked job (next_turn): back to the end of
 -- its priority on its queue, holding the slot for itself (a reservation: its bare id in the scope's
@@ -64,7 +64,7 @@ local function park(index, scope, id, key, turn, due)
   end
   turn = string.format('%.0f', turn)  -- a turn (microseconds) needs all 16 digits
   redis.call('ZADD', line, turn, id)
-  redis.call('HSET', key, 'dj_parked', scope, 'dj_turn', turn)
+  redis.call('HSET', key, 'dj_line', scope, 'dj_turn', turn)
   if not at or tonumber(at) > due then redis.call('ZADD', index, due, scope) end
 end
 
@@ -79,7 +79,7 @@ local function unpark(index, line, scope, n, slots, hold, q, prefix)
     local top = redis.call('ZPOPMIN', line)
     if not top[1] then break end
     if slots then redis.call('ZADD', slots, now + hold, top[1])
-    else redis.pcall('HDEL', prefix .. top[1], 'dj_parked', 'dj_turn') end
+    else redis.pcall('HDEL', prefix .. top[1], 'dj_line', 'dj_turn') end
     ready(q[1], q[2], q[3], top[1], priority_in(prefix .. top[1]), false)
     moved = moved + 1
   end
@@ -107,5 +107,5 @@ end
 local function keep_turn(slots, s, id, key, token)
   redis.call('ZREM', slots, token)
   redis.call('ZADD', slots, now + s[7], id)
-  redis.call('HSET', key, 'dj_parked', s[6], 'dj_turn', 0)
+  redis.call('HSET', key, 'dj_line', s[6], 'dj_turn', 0)
 end

@@ -95,7 +95,8 @@ def _stop(recorder: Recorder, client: redis.Redis) -> None:
 
 def _every_transition(client: redis.Redis) -> None:
     """Drive each script at least once: push, claim, complete, fail, release, heartbeat, promote, bury,
-    cancel (waiting, scheduled and running jobs, and the settling of a requested cancel)."""
+    cancel (waiting, scheduled and running jobs, and the settling of a requested cancel), snooze, and
+    a claim that drops an expired job."""
     jobs.debounced.options(unique_key="doc:1", debounce=0.01).enqueue("a")
     jobs.debounced.options(unique_key="doc:1", debounce=0.01).enqueue("b")
     jobs.record.options(unique_key="once").enqueue("c")
@@ -106,17 +107,19 @@ def _every_transition(client: redis.Redis) -> None:
     jobs.always_fails.enqueue("i")
     jobs.fails_then_succeeds.options(priority=5).enqueue("j", 1)  # a prioritized retry, promoted
     jobs.record.options(priority=-5, delay=0.01).enqueue("k")
+    jobs.snoozer.options(priority=2).enqueue("s", times=1, seconds=0.01)
+    jobs.record.options(expires=0.01).enqueue("x")
     store = Store.of(client)
     wait_for(lambda: (store.next_due(["default"]) or 0) <= 0)
     run_jobs(["default"])
     handle = jobs.record.enqueue("h")
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="n", finished_ttl=60
     )
     assert claimed is not None and claimed.id == handle.id
     store.heartbeat([claimed.token], 30)
     store.release(claimed.token, claimed.queue, 60)
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="m", finished_ttl=60
     )
     assert claimed is not None
@@ -124,6 +127,7 @@ def _every_transition(client: redis.Redis) -> None:
     _cancel_transitions(store)
     _priority_transitions(store)
     _keyed_transitions(store)
+    _pause_transitions(store)
     client.zadd(LEASES, {"gone:x": 0})
     store.maintain(["default"])
     store.lost_tokens()
@@ -135,7 +139,7 @@ def _cancel_transitions(store: Store) -> None:
     running = jobs.record.enqueue("r")
     assert store.cancel(waiting.id, 60) is CancelResult.CANCELLED
     assert store.cancel(later.id, 60) is CancelResult.CANCELLED
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="c", finished_ttl=60
     )
     assert claimed is not None and claimed.id == running.id
@@ -150,7 +154,7 @@ def _keyed_transitions(store: Store) -> None:
     first, *_ = [jobs.per_account.enqueue("A", key).id for key in ("a0", "a1", "a2", "a3", "a4")]
     claimed = _claim(store, "k0")
     assert claimed.id == first
-    _, none = store.complete_and_claim(
+    _, none, _ = store.complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="k1", finished_ttl=60,
         limits=registry.limits_json(),
     )  # fmt: skip
@@ -174,8 +178,26 @@ def _priority_transitions(store: Store) -> None:
     inspect.servers(["default"])  # the read-only priority heads script
 
 
+def _pause_transitions(store: Store) -> None:
+    """Pause a type, park its jobs (one cancelled while parked), unpark the rest; pause a queue."""
+    run_jobs(["default"])  # what the transitions before left queued
+    store.pause("job", "tests.record", by="t", reason="")
+    parked, doomed = jobs.record.options(priority=2).enqueue("s"), jobs.record.enqueue("t")
+    _, claimed, _ = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="p", finished_ttl=60,
+        limits=registry.limits_json(["tests.record"]),
+    )  # fmt: skip
+    assert claimed is None
+    assert store.cancel(doomed.id, 60) is CancelResult.CANCELLED
+    store.resume("job", "tests.record")
+    moved, left = store.unpark("default", "tests.record")
+    assert moved >= 1 and left == 0
+    assert store.pause("queue", "default", by="t", reason="") is True
+    assert store.held(store.record(parked.id))
+
+
 def _claim(store: Store, nonce: str, finished: Finished | None = None) -> Claimed:
-    _, claimed = store.complete_and_claim(
+    _, claimed, _ = store.complete_and_claim(
         ["default"], finished=finished, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60,
         limits=registry.limits_json(),
     )  # fmt: skip
@@ -187,8 +209,8 @@ def test_every_key_a_store_script_touches_was_passed_in_keys(recorder, redis_db)
     _every_transition(redis_db)
     _stop(recorder, redis_db)
     evalsha = [x["command"].split(" ")[1] for x in recorder.lines if x["command"].startswith("EVALSHA")]
-    assert len(set(evalsha)) >= 10  # push, claim, fail, release, heartbeat, maintain, buried, due, cancel,
-    # heads
+    assert len(set(evalsha)) >= 11  # push, claim, fail, release, heartbeat, maintain, buried, due, cancel,
+    # heads, snooze
     assert recorder.stray_keys() == {}
 
 
@@ -206,3 +228,18 @@ def test_the_alert_scripts_touch_only_their_keys(recorder, redis_db, settings):
 def test_a_script_is_registered_once_per_connection(name: str, redis_db):
     loaded: Callable[[], object] = lambda: load(redis_db, name)  # noqa: E731
     assert loaded() is loaded()
+
+
+def test_a_plain_claim_asks_nothing_of_the_pauses(recorder, redis_db):
+    """With nothing paused a claim runs the same commands as before pausing existed: the paused hash is
+    read once per run (once a second in a work process), never inside a claim."""
+    for n in range(5):
+        jobs.record.enqueue(f"plain-{n}")
+    assert run_jobs(["default"]) == 5
+    _stop(recorder, redis_db)
+    ours = [line for line in recorder.lines if line["db"] == recorder.db]
+    scripted = [line["command"] for line in ours if line["client_type"] == "lua"]
+    assert scripted and not [c for c in scripted if "djjobs:paused" in c]
+    direct = [line["command"] for line in ours if line["client_type"] != "lua"]
+    reads = [c for c in direct if "djjobs:paused" in c and not c.startswith("EVALSHA")]
+    assert reads == ["HGETALL djjobs:paused"]

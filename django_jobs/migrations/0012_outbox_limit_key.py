@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_jobs", "0008_outbox_trace"),
+        ("django_jobs", "0011_batches"),
     ]
 
     operations = [
