@@ -370,3 +370,77 @@ def test_a_plain_job_carries_no_key_and_touches_no_line(redis_db):
     assert not {b"dj_limit_key", b"dj_line", b"dj_turn"} & set(redis_db.hgetall(f"rq:job:{handle.id}"))
     assert not redis_db.keys("djjobs:parked*") and not redis_db.keys("djjobs:slots:*")
 
+
+# --- with pausing, snooze and expiry ----------------------------------------------------------------
+
+SLOTS = "djjobs:slots:tests.per_account\nA"
+HELD = "djjobs:paused:default:tests.per_account"
+
+
+def pause_after_a_wake_up(redis_db: redis.Redis, store_: Store) -> list[str]:
+    """A0 ran, A1 was woken (holding A's slot) and A2 waits in the line; then the type is paused and a
+    claim holds A1 in the pause's parked list."""
+    a = enqueue("A", "a0", "a1", "a2")
+    first = claim(store_, "1")
+    assert first is not None and claim(store_, "2") is None
+    assert store_.complete(done(first), 60)
+    store_.pause("job", "tests.per_account", by="t", reason="")
+    assert claim(store_, "3", limits=registry.limits_json(["tests.per_account"])) is None
+    assert redis_db.lrange(HELD, 0, -1) == [a[1].encode()]
+    return a
+
+
+def test_a_paused_keyed_type_holds_its_jobs_in_order_and_they_resume_in_their_keys_turn(redis_db):
+    store_ = Store(redis_db)
+    a = pause_after_a_wake_up(redis_db, store_)
+    assert not redis_db.exists(SLOTS)  # the held job gave back the slot it was woken with
+    state = get_job(a[1])
+    assert state.paused and state.parked and state.attempts == 0  # held, still owed its key's turn
+    assert look_now(redis_db, store_) == 1  # so the next in line is woken...
+    assert claim(store_, "4", limits=registry.limits_json(["tests.per_account"])) is None
+    assert redis_db.lrange(HELD, 0, -1) == [a[1].encode(), a[2].encode()]  # ...and held behind it
+    store_.resume("job", "tests.per_account")
+    assert store_.unpark("default", "tests.per_account") == (2, 0)
+    resumed = claim(store_, "5")
+    assert resumed is not None and resumed.id == a[1]
+    assert claim(store_, "6") is None  # one at a time still: A2 waits at the front of A's line
+    assert line(redis_db) == [a[2]]
+
+
+def test_cancelling_a_keyed_job_held_by_a_pause_takes_it_out_of_the_parked_list(redis_db):
+    store_ = Store(redis_db)
+    a = pause_after_a_wake_up(redis_db, store_)
+    assert cancel(a[1]) is CancelResult.CANCELLED
+    assert not redis_db.exists(HELD)
+    assert line(redis_db) == [a[2]]  # the other keyed job keeps its place
+    assert not {b"dj_parked", b"dj_line", b"dj_turn"} & set(redis_db.hgetall(f"rq:job:{a[1]}"))
+
+
+def test_a_snoozed_attempt_gives_its_keys_slot_to_the_next_in_line(redis_db):
+    a = enqueue("A", "a0", "a1")
+    store_ = Store(redis_db)
+    first = claim(store_, "1")
+    assert first is not None and claim(store_, "2") is None
+    assert store_.snooze(first.token, "default", 60, 60, registry.limit_scope(first.record)) is Settled.DONE
+    woken = claim(store_, "3")
+    assert woken is not None and woken.id == a[1]
+    assert get_job(a[0]).status == "scheduled"
+
+
+def test_a_woken_job_that_expired_is_dropped_and_gives_its_keys_slot_back(redis_db):
+    a = enqueue("A", "a0", "a1")
+    store_ = Store(redis_db)
+    first = claim(store_, "1")
+    assert first is not None and claim(store_, "2") is None
+    redis_db.hset(f"rq:job:{a[1]}", "dj_expires", "1")  # its expiry passed while it waited its turn
+    assert store_.complete(done(first), 60)  # A1 woken, holding A's slot
+    _, claimed, expired = store_.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="3", finished_ttl=60,
+        limits=registry.limits_json(),
+    )  # fmt: skip
+    assert claimed is None and [e.id for e in expired] == [a[1]]
+    assert get_job(a[1]).expired
+    assert not redis_db.exists(SLOTS)  # a newcomer of A need not wait for the hold to lapse
+    fresh = enqueue("A", "fresh")
+    taken = claim(store_, "4")
+    assert taken is not None and taken.id == fresh[0]
