@@ -149,7 +149,8 @@ def _cancel_transitions(store: Store) -> None:
 
 
 def _keyed_transitions(store: Store) -> None:
-    """Park, wake on a completion and a failure, cancel a parked job, and maintenance's look at a line."""
+    """Park, wake on a completion, a failure and a snooze, cancel a parked job, and maintenance's look
+    at a line."""
     run_jobs(["default"])  # what the transitions before left queued
     first, *_ = [jobs.per_account.enqueue("A", key).id for key in ("a0", "a1", "a2", "a3", "a4")]
     claimed = _claim(store, "k0")
@@ -162,6 +163,8 @@ def _keyed_transitions(store: Store) -> None:
     completion = Finished(claimed.token, claimed.queue, scope=registry.limit_scope(claimed.record))
     woken = _claim(store, "k2", completion)
     settle_failure(store, woken, ConnectionError("upstream down"))
+    snoozing = _claim(store, "k3")  # the next one, woken by that failure
+    store.snooze(snoozing.token, snoozing.queue, 60, 60, registry.limit_scope(snoozing.record))
     last = store.connection.zrange("djjobs:parked:default\ntests.per_account\nA", -1, -1)[0]
     store.cancel(last.decode(), 60)
     store.connection.zadd("djjobs:parked:default", {"tests.per_account\nA": 0})
