@@ -70,6 +70,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="comma-separated setups of the setups section (fast, two-servers, replicated, ledger): "
         "throughput, enqueue cost and latency in each, side by side with fast on one server",
     )
+    parser.add_argument(
+        "--fairness",
+        help="comma-separated modes (plain, deferred, keyed): instead of the sections, drain one tenant's "
+        "backlog queued ahead of nine others' in each mode, side by side",
+    )
+    parser.add_argument("--fair-big", type=int, default=10_000, help="the big tenant's jobs (default 10000)")
+    parser.add_argument("--fair-small", type=int, default=100, help="each small tenant's jobs (default 100)")
+    parser.add_argument("--fair-job-ms", type=float, default=0.0, help="milliseconds each job sleeps")
+    parser.add_argument("--fair-cap", type=float, default=900.0, help="seconds a mode may run (default 900)")
     parser.add_argument("--json", type=Path, help="also write the raw results to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args(argv)
@@ -282,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.lease_seconds:
             env["BENCH_LEASE_SECONDS"] = str(args.lease_seconds)
+        if args.fairness:
+            env["BENCH_FAIRNESS"] = "1"
         if args.postgres:
             ensure_postgres_database(os.environ.get("BENCH_PG_NAME", "django_jobs_bench"))
         os.environ.update(env)
@@ -340,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             "setups": setups,
         }
         failed = bench.failures  # single runs that failed land here too
+        if args.fairness:
+            return by_mode(bench, args)
         for section in sections:
             log(section.capitalize())
             try:
@@ -360,6 +373,22 @@ def main(argv: list[str] | None = None) -> int:
             log(f"Kept {workdir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def by_mode(bench: Any, args: argparse.Namespace) -> int:
+    """``--fairness``: the fairness drain in each mode, one table."""
+    from . import fairness
+
+    modes = args.fairness.split(",")
+    unknown = set(modes) - set(fairness.MODES)
+    if unknown:
+        raise SystemExit(f"unknown mode(s): {', '.join(sorted(unknown))}")
+    shape = fairness.Shape(args.fair_big, args.fair_small, args.fair_job_ms, args.fair_cap)
+    out = fairness.compare(bench, modes, shape, log)
+    if args.json:
+        args.json.write_text(json.dumps({"shape": vars(shape), **out}, indent=1))
+    print(fairness.render(out, shape))
+    return 1 if bench.failures else 0
 
 
 if __name__ == "__main__":

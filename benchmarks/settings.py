@@ -4,7 +4,8 @@
 * ``BENCH_DB``          ``sqlite`` (default) or ``postgres``;
 * ``BENCH_SQLITE_PATH`` the SQLite file, in the harness's temporary directory;
 * ``BENCH_PG_NAME``     the PostgreSQL database (default ``django_jobs_bench``);
-* ``BENCH_DURABILITY``, ``BENCH_SECOND_REDIS_URL``  the setup being measured (``benchmarks/setups.py``).
+* ``BENCH_DURABILITY``, ``BENCH_SECOND_REDIS_URL``  the setup being measured (``benchmarks/setups.py``);
+* ``BENCH_FAIRNESS``    set: ``runjobs`` also imports the fairness benchmark's jobs.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ if os.environ.get("BENCH_DURABILITY"):
     JOBS["DEFAULT_DURABILITY"] = os.environ["BENCH_DURABILITY"]
 if os.environ.get("BENCH_LEASE_SECONDS"):
     JOBS["LEASE_SECONDS"] = float(os.environ["BENCH_LEASE_SECONDS"])
+if os.environ.get("BENCH_FAIRNESS"):  # the fairness benchmark's tenant jobs, for its runjobs only
+    JOBS["IMPORT_MODULES"] = ["benchmarks.benchapp.tenants"]
 
 # Django's Tasks framework (django.tasks on 6.0, the backport on 5.2), for the @task run.
 if django.VERSION < (6, 0) and find_spec("django_tasks"):

@@ -197,13 +197,11 @@ class DeadLetterAdmin(_Base, JobPages, PausePages):
         rate = jobs_settings.REQUEUE_RATE
         spread = f", released at {rate:g} per second" if len(done) > 1 else ""
         self.message_user(request, f"Requeued {len(done)} dead letter(s){spread}.", messages.SUCCESS)
-        for name, count in done.unknown.items():
-            self.message_user(
-                request,
-                f"{count} entr{'y' if count == 1 else 'ies'} of {name!r} left open: "
-                "no job of that name is registered.",
-                messages.WARNING,
-            )
+        unknown = "no job of that name is registered"
+        for left, why in ((done.unknown, unknown), (done.refused, deadletter.REFUSED)):
+            for name, count in left.items():
+                which = f"{count} entr{'y' if count == 1 else 'ies'} of {name!r}"
+                self.message_user(request, f"{which} left open: {why}.", messages.WARNING)
 
     @admin.action(description="Requeue selected dead letters", permissions=["requeue"])
     def requeue(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> HttpResponse | None:

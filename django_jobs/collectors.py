@@ -1,11 +1,11 @@
 """Queue, dead-letter, outbox and worker gauges, served by the web side's ``/metrics``.
 
 They are read at scrape time from :mod:`django_jobs.inspect`: per Redis server every queue's depth,
-oldest ready job's enqueue time (the heads of its list and of each priority) and scheduled count,
-what is paused and since when, and every worker's state (O(queues + workers), never a walk over
-queued jobs); the database answers one aggregate over the dead letters (by job, status and reason),
-one per outbox and a count of the open batches. A source that does not answer is left out of that
-scrape (and logged), never an error for the whole page.
+oldest ready job's enqueue time (the heads of its list and of each priority), scheduled count and
+jobs parked over their key's limit, what is paused and since when, and every worker's state
+(O(queues + workers), never a walk over queued jobs); the database answers one aggregate over the
+dead letters (by job, status and reason), one per outbox and a count of the open batches. A source
+that does not answer is left out of that scrape (and logged), never an error for the whole page.
 
 django-prometheus's ``/metrics`` serves prometheus_client's default registry, which
 :func:`register` adds the collector to. Under ``PROMETHEUS_MULTIPROC_DIR`` that view builds a
@@ -40,6 +40,17 @@ from .store import Pause
 logger = logging.getLogger("django_jobs.metrics")
 
 
+def _queue_gauges(gauges: list[GaugeMetricFamily], queues: Iterable[inspect.QueueState]) -> None:
+    """Each queue's depth, oldest ready job's age (when its head says), scheduled and parked jobs."""
+    depth, age, scheduled, parked = gauges
+    for queue in queues:
+        depth.add_metric([queue.name], queue.depth)
+        scheduled.add_metric([queue.name], queue.scheduled)
+        parked.add_metric([queue.name], queue.parked)
+        if queue.depth == 0 or queue.oldest_age is not None:
+            age.add_metric([queue.name], queue.oldest_age or 0.0)
+
+
 class JobsCollector:
     """The gauges; each scrape reads them afresh."""
 
@@ -49,7 +60,7 @@ class JobsCollector:
 
     def collect(self) -> Iterable[Metric]:
         families = self._families()
-        depth, age, scheduled, dead, pending, outbox_age, workers, overdue, quarantined, batches = families
+        dead, pending, outbox_age, workers, overdue, quarantined, batches = families[4:]
         found: dict[str, str] = {}  # worker -> state: one serving two servers is on both, busy on one
         names: list[str] = []
         pauses: list[Pause] = []
@@ -63,11 +74,7 @@ class JobsCollector:
                     server,
                 )
                 continue
-            for queue in server.queues:
-                depth.add_metric([queue.name], queue.depth)
-                scheduled.add_metric([queue.name], queue.scheduled)
-                if queue.depth == 0 or queue.oldest_age is not None:
-                    age.add_metric([queue.name], queue.oldest_age or 0.0)
+            _queue_gauges(families[:4], server.queues)
             for worker in server.workers:
                 if worker.state and found.get(worker.name) != "busy":
                     found[worker.name] = worker.state
@@ -109,6 +116,11 @@ class JobsCollector:
             GaugeMetricFamily(
                 "django_jobs_scheduled_jobs",
                 "Jobs waiting for their due time: retries in backoff and delayed jobs.",
+                labels=["queue"],
+            ),
+            GaugeMetricFamily(
+                "django_jobs_parked_jobs",
+                "Jobs waiting for a slot of their key (limit_key), parked until one of its jobs ends.",
                 labels=["queue"],
             ),
             GaugeMetricFamily(

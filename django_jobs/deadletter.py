@@ -4,6 +4,7 @@ call these, so a change made from a terminal is the same change, checked and aud
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -23,7 +24,7 @@ from django.utils import timezone
 from . import alerts, payload, registry
 from .conf import jobs_settings
 from .enqueue import Envelope, Options, build, deliver
-from .exceptions import JobNotFound, PayloadError
+from .exceptions import JobNotFound, LimitKeyError, PayloadError
 from .models import DeadLetter
 from .outcomes import AttemptEnded
 from .signals import job_dead_lettered, job_requeued
@@ -37,6 +38,8 @@ PAYLOAD_PERMISSION = "django_jobs.view_deadletter_payload"
 REQUEUE_PERMISSION = "django_jobs.requeue_deadletter"
 DISCARD_PERMISSION = "django_jobs.discard_deadletter"
 OVERVIEW_PERMISSION = "django_jobs.view_queue_overview"
+#: Why a requeue left an entry open although its job is registered (``Requeued.refused``).
+REFUSED = "the job's limit_key gives no key for its arguments"
 
 
 @dataclass
@@ -299,10 +302,12 @@ def _audit(actor: Actor, changes: list[tuple[DeadLetter, str]], using: str) -> N
 @dataclass
 class Requeued:
     """What one requeue did: the entries it requeued, and those it left open because no job of
-    their name is registered in this process (a renamed job without an alias, a poison entry)."""
+    their name is registered in this process (a renamed job without an alias, a poison entry), or
+    (``refused``) because their job's ``limit_key`` gives no key for their arguments."""
 
     entries: list[DeadLetter] = field(default_factory=list)
     unknown: Counter[str] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -360,6 +365,12 @@ def _requeue_one(entry: DeadLetter, done: Requeued, rate: float, using: str) -> 
         entry.kwargs,
         Options(delay=len(done.entries) / rate, priority=definition.priority),
     )
+    try:
+        envelope = _keyed(definition, envelope)
+    except (PayloadError, LimitKeyError) as exc:
+        logger.warning("Dead letter %s left open: %s", entry.pk, exc)
+        done.refused[entry.job_name] += 1
+        return None
     won = (
         DeadLetter.objects.using(using)
         .filter(pk=entry.pk, status=DeadLetter.Status.OPEN)
@@ -371,6 +382,15 @@ def _requeue_one(entry: DeadLetter, done: Requeued, rate: float, using: str) -> 
     done.entries.append(entry)
     job_requeued.send(sender=entry.job_name, dead_letter=entry, job_id=envelope.id)
     return envelope
+
+
+def _keyed(definition: registry.Job[Any, Any], envelope: Envelope) -> Envelope:
+    """``envelope`` with the key its job type's limits count it under (``limit_key``), computed from
+    its arguments as an enqueue would: a requeue is held to the same limits as the first run."""
+    if definition.limit_key is None:
+        return envelope
+    _, args, kwargs = payload.loads(envelope.data)
+    return dataclasses.replace(envelope, limit_key=definition.limit_value(args, kwargs))
 
 
 def discard(entries: Entries, *, actor: Actor = None, using: str = DEFAULT_DB_ALIAS) -> int:

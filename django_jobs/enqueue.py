@@ -69,9 +69,10 @@ def build(
     args: list[Any],
     kwargs: dict[str, Any],
     options: Options = Options(),
+    limit_key: str = "",
 ) -> Envelope:
     """An envelope for already-encoded arguments (dead-letter requeues come through here too),
-    carrying the current trace context, if any."""
+    carrying the current trace context, if any, and the key its limits count under, if given."""
     queue_config(queue)  # an unknown queue fails at the first enqueue, not at import
     data = payload.dumps(name, args, kwargs, jobs_settings.MAX_PAYLOAD_BYTES).decode()
     now = dt.datetime.now(dt.UTC)
@@ -79,7 +80,7 @@ def build(
     expires = options.expires_at or (now.timestamp() + options.expires_in if options.expires_in else 0.0)
     return Envelope(uuid.uuid4().hex, name, queue, data, math.ceil(timeout), due, now, options.unique_key,
                     options.debounce, options.cron_run, options.priority or 0, tracing.carrier(),
-                    expires, options.batch)  # fmt: skip
+                    expires, options.batch, limit_key)  # fmt: skip
 
 
 def _in_transaction(alias: str) -> bool:
@@ -143,6 +144,7 @@ def enqueue_envelopes(
                 encoded_args,
                 encoded_kwargs,
                 options,
+                definition.limit_value(args, kwargs),
             )
         )
     if into is not None:

@@ -65,6 +65,7 @@ class Envelope:
     trace: str = ""  # the enqueuer's trace context (tracing.carrier()), "" outside a trace
     expires: float = 0.0  # Unix time after which it is dropped unrun if it has not started; 0: never
     batch: str = ""  # the id of the batch the job is a member of (see ``batches``), "" for most jobs
+    limit_key: str = ""  # the key its job type's limits count it under (@job(limit_key=...)), or ""
 
     def __post_init__(self) -> None:
         # Every id is made here or read back from an outbox row: refuse one that breaks the id rule.
@@ -81,6 +82,8 @@ class Envelope:
             extra["dj_priority"] = self.priority
         if self.trace:
             extra["dj_trace"] = self.trace
+        if self.limit_key:
+            extra["dj_limit_key"] = self.limit_key
         if self.expires:
             extra["dj_expires"] = f"{self.expires:.3f}"
         if self.batch:
@@ -98,9 +101,9 @@ class Envelope:
         }
 
     def options(self) -> dict[str, Any]:
-        """The outbox row's ``options``; the priority, the trace, the expiry and the batch have columns
-        of their own, which a relay that predates them ignores, where an option it did not know would
-        make it quarantine the row."""
+        """The outbox row's ``options``; the priority, the trace, the expiry, the batch and the limit key
+        have columns of their own, which a relay that predates them ignores, where an option it did not
+        know would make it quarantine the row."""
         return {
             key: value
             for key, value in (

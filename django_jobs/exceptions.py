@@ -25,6 +25,11 @@ class PayloadTooLarge(PayloadError):
     """The job's data inflates past ``JOBS["MAX_PAYLOAD_BYTES"]``: it was not decoded."""
 
 
+class LimitKeyError(JobsError, ValueError):
+    """A job's ``limit_key`` gave no usable key for these arguments: it raised, or returned something
+    other than a short string or an int."""
+
+
 class PermanentError(JobsError):
     """Raise from a job to skip the remaining retries and dead-letter it at once."""
 

@@ -36,7 +36,7 @@ from .models import DeadLetter
 from .outcomes import AttemptEnded, Judgement, Outcome, isolated, publish, send
 from .policy import Verdict, classify
 from .signals import job_started
-from .store import Claimed, Settled, Store
+from .store import Claimed, Finished, Settled, Store
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -141,6 +141,7 @@ def settle_failure(
     settled = store.fail(
         claimed.token, claimed.queue, delay=delay, fields=fields, lost=lost,
         cancel=outcome is Outcome.CANCELLED, finished_ttl=jobs_settings.FINISHED_TTL,
+        scope=registry.limit_scope(claimed.record),
     )  # fmt: skip
     if settled is Settled.FENCED:
         # The lease was taken back (a reaper, after the lease expired): that settling was published.
@@ -170,7 +171,8 @@ def settle_snooze(
         )
         too_often.__cause__ = snooze  # its traceback shows where the job snoozed
         return settle_failure(store, claimed, too_often, name=definition.name, duration=duration)
-    settled = store.snooze(claimed.token, claimed.queue, snooze.seconds, jobs_settings.FINISHED_TTL)
+    scope = registry.limit_scope(claimed.record)
+    settled = store.snooze(claimed.token, claimed.queue, snooze.seconds, jobs_settings.FINISHED_TTL, scope)
     fenced = settled is Settled.FENCED
     if fenced:
         logger.warning(
@@ -188,6 +190,15 @@ def publish_expired(store: Store, dropped: Sequence[Claimed]) -> None:
     (outcome ``expired``, attempt 0): counted and logged, never dead-lettered."""
     for claimed in dropped:
         publish(_ended(store, claimed, claimed.record.name, Outcome.EXPIRED, None, None))
+
+
+def completion(ended: AttemptEnded) -> Finished | None:
+    """What the next claim completes after the attempt ``ended``: its success, with its return value
+    and the key whose slot it frees (``limit_key``); None after any other outcome (already settled)."""
+    if ended.outcome is not Outcome.SUCCESS:
+        return None
+    claimed = ended.claimed
+    return Finished(claimed.token, claimed.queue, ended.result, registry.limit_scope(claimed.record))
 
 
 def cancelled(store: Store, claimed: Claimed, exc: BaseException) -> AttemptEnded:

@@ -2,14 +2,15 @@
 
 The admin's overview, the ``/metrics`` gauges and ``manage.py jobs_health`` present what this module
 reads; none reads Redis its own way. Strictly read-only, and O(queues + workers), never O(jobs):
-LLEN, ZCARD, LINDEX 0 and a few HGETs per queue, plus one read-only script per server for the
-priority sets (``lua/heads.lua``: at most a few commands per priority in use), in two pipelined
-round trips per Redis server (three when the workers' current jobs are asked for), after redis-py's
-check that the script is loaded; and what is paused: the paused hash and the set of parked lists
-(one more round trip), and one LLEN per parked list in the second. It never calls RQ's registry
-methods, whose cleanup (run by ``len(registry)``, ``get_job_ids()`` or ``count``, and by django-rq's
-dashboard on every view) moves and fails jobs: looking must not change what is seen. A key of the wrong type
-(a poison entry) reads as missing, never as an error for the whole read.
+LLEN, ZCARD, LINDEX 0 and a few HGETs per queue, plus read-only scripts per server for the
+priority sets (``lua/heads.lua``: at most a few commands per priority in use) and the jobs parked
+over their key's limit (``lua/parked.lua``: a ZCARD per line, at most ``PARKED_SAMPLE`` lines), in
+two pipelined round trips per Redis server (three when the workers' current jobs are asked for),
+after redis-py's check that the scripts are loaded; and what is paused: the paused hash and the set
+of parked lists (one more round trip), and one LLEN per parked list in the second. It never calls
+RQ's registry methods, whose cleanup (run by ``len(registry)``, ``get_job_ids()`` or ``count``, and
+by django-rq's dashboard on every view) moves and fails jobs: looking must not change what is seen.
+A key of the wrong type (a poison entry) reads as missing, never as an error for the whole read.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from .store import (
 )
 
 WORKERS = keys.WORKERS_SET
+#: Lines of parked jobs counted per queue; past them the count is a lower bound.
+PARKED_SAMPLE = 1000
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,10 @@ class QueueState:
     retrying: int
     retrying_is_estimate: bool
     """True when the scheduled set is larger than the sample: ``retrying`` is then a lower bound."""
+    parked: int = 0
+    """Jobs waiting for a slot of their key (``limit_key``), not counted in ``depth``."""
+    parked_is_estimate: bool = False
+    """True when the queue has more lines of parked jobs than were counted: ``parked`` is a lower bound."""
     paused: Pause | None = None
     """The queue's pause, while it is paused: its ready jobs wait in it."""
     held: int = 0
@@ -154,7 +161,7 @@ def read(
     with connection.pipeline(transaction=False) as pipe:
         for queue, name in parked:
             pipe.llen(keys.parked_key(queue, name))
-        for (_, heads, _, _), sample in zip(counts, sample_ids, strict=True):
+        for (_, heads, *_), sample in zip(counts, sample_ids, strict=True):
             for head in heads:
                 pipe.hget(job_key(text(head)), "enqueued_at")
             for job_id in sample:
@@ -208,24 +215,26 @@ def _counts(
         pipe.smembers(WORKERS)
         pipe.zcard(DYING)
         pipe.zcard(LOST)
+        parked = [keys.parked_index(queue) for queue in queues]
+        load(connection, "parked")(keys=parked, args=[PARKED_SAMPLE], client=pipe)
         replies = pipe.execute()
     width = 5 if retry_sample else 4
     per_queue = [replies[i : i + width] for i in range(0, width * len(queues), width)]
     samples = [list(part[4]) if retry_sample else [] for part in per_queue]
-    sets = replies[-4]  # [how many, band heads...] of each queue's high set, then its low set
+    sets = replies[-5]  # [how many, band heads...] of each queue's high set, then its low set
     counts = []
     for n, (length, head, running, scheduled) in enumerate(part[:4] for part in per_queue):
         high, low = sets[2 * n], sets[2 * n + 1]
         heads = ([head] if head is not None else []) + high[1:] + low[1:]
-        counts.append([length + high[0] + low[0], heads, running, scheduled])
-    worker_keys = sorted(text(key) for key in replies[-3])
-    return counts, samples, worker_keys, replies[-2], replies[-1]
+        counts.append([length + high[0] + low[0], heads, running, scheduled, *replies[-1][n]])
+    worker_keys = sorted(text(key) for key in replies[-4])
+    return counts, samples, worker_keys, replies[-3], replies[-2]
 
 
 def _queue(
     name: str, count: list[Any], sample: list[bytes], replies: Iterator[Any], now: dt.datetime
 ) -> QueueState:
-    depth, heads, running, scheduled = count
+    depth, heads, running, scheduled, parked, all_lines = count
     ages = [waited for waited in (age(next(replies), now) for _ in heads) if waited is not None]
     retrying = sum(1 for _ in sample if attempt(next(replies)) > 0)
     return QueueState(
@@ -236,6 +245,8 @@ def _queue(
         scheduled=scheduled,
         retrying=retrying,
         retrying_is_estimate=scheduled > len(sample),
+        parked=parked,
+        parked_is_estimate=not all_lines,
     )
 
 

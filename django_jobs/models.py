@@ -33,6 +33,9 @@ class OutboxEntry(models.Model):
     batch = models.CharField(
         max_length=36, default="", db_default="", blank=True, help_text="The batch the job is a member of."
     )
+    limit_key = models.CharField(
+        max_length=100, default="", db_default="", blank=True, help_text="The key its limits count under."
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:

@@ -45,6 +45,7 @@ def row(envelope: Envelope) -> OutboxEntry:
         trace=envelope.trace,
         expires=envelope.expires,
         batch=envelope.batch,
+        limit_key=envelope.limit_key,
     )
 
 
@@ -53,6 +54,7 @@ def envelope(entry: OutboxEntry) -> Envelope:
     return Envelope(
         entry.id, entry.job_name, entry.queue, entry.data, entry.timeout, entry.due, entry.created_at,
         **entry.options, priority=entry.priority, trace=entry.trace, expires=entry.expires, batch=entry.batch,
+        limit_key=entry.limit_key,
     )  # fmt: skip
 
 

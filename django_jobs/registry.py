@@ -20,9 +20,10 @@ from croniter import croniter
 
 from .conf import jobs_settings
 from .envelope import Call, Options, check_expires, check_priority, expiry
-from .exceptions import ConfigurationError, JobNotFound
+from .exceptions import ConfigurationError, JobNotFound, LimitKeyError
 from .policy import RetryPolicy
 from .results import JobHandle
+from .store import JobRecord, Scope
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -77,6 +78,7 @@ class Job(Generic[P, R]):
     store_result: bool = False
     is_async: bool = False
     priority: int = 0
+    limit_key: Callable[..., object] | None = None
     expires: float | None = None  # seconds after each enqueue: not started by then, dropped unrun
     max_snoozes: int | None = None  # None: JOBS["MAX_SNOOZES"]
 
@@ -88,6 +90,20 @@ class Job(Generic[P, R]):
     def policy(self) -> RetryPolicy:
         """This job's retry policy, or ``JOBS["DEFAULT_RETRY"]`` read now."""
         return self.retry or jobs_settings.default_retry()
+
+    def limit_value(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        """The key this call's limits count under, as text ("" without ``limit_key``): what
+        ``limit_key`` returns for the call's arguments. Raises LimitKeyError, naming the job, if it
+        raises or returns anything but a short string or an int."""
+        if self.limit_key is None:
+            return ""
+        try:
+            value = self.limit_key(*args, **kwargs)
+        except Exception as exc:
+            raise LimitKeyError(
+                f"Job {self.name!r}: its limit_key raised {type(exc).__name__}: {exc}"
+            ) from exc
+        return _limit_text(self.name, value)
 
     @property
     def snooze_cap(self) -> int:
@@ -190,17 +206,51 @@ def _check_names(name: str, queue: str, aliases: Sequence[str], retry: RetryPoli
 
 
 _PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: The longest key value ``limit_key`` may give, in characters.
+MAX_LIMIT_KEY = 100
 
 
-def _check_limits(
-    name: str, concurrency: object, rate: object
-) -> tuple[int | None, tuple[int, float] | None]:
+def _limit_text(name: str, value: object) -> str:
+    """A key value as the limits count it: a string as it is, an int as its digits (so 7 and "7" are
+    one key). Short and printable, since it becomes part of Redis key names."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() <= 256:
+        text = str(value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        raise LimitKeyError(
+            f"Job {name!r}: limit_key must return a string or an int, got {type(value).__name__} "
+            f"{str(value)[:60]!r}."
+        )
+    if not text or len(text) > MAX_LIMIT_KEY or not text.isprintable():
+        raise LimitKeyError(
+            f"Job {name!r}: limit_key returned {text[:60]!r}; a key is 1 to {MAX_LIMIT_KEY} printable "
+            "characters (no newline or other control character)."
+        )
+    return text
+
+
+def _check_limits(name: str, concurrency: object, rate: object, limit_key: object) -> dict[str, Any]:
+    """The ``Job`` fields of its limits: ``concurrency``, ``rate`` (count, seconds) and ``limit_key``."""
+    concurrency = _check_concurrency(name, concurrency, rate, limit_key)
+    return {"concurrency": concurrency, "rate": _check_rate(name, rate), "limit_key": limit_key}
+
+
+def _check_concurrency(name: str, concurrency: object, rate: object, limit_key: object) -> int | None:
+    if limit_key is not None and not callable(limit_key):
+        raise ValueError(f"@job {name!r}: limit_key takes a callable (arguments -> key), got {limit_key!r}.")
+    if limit_key is not None and concurrency is None and rate is None:
+        raise ValueError(f"@job {name!r}: limit_key needs concurrency= or rate=, the limits each key gets.")
     if concurrency is not None and (
         isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
     ):
         raise ValueError(f"@job {name!r}: concurrency must be a positive int, got {concurrency!r}.")
+    return concurrency
+
+
+def _check_rate(name: str, rate: object) -> tuple[int, float] | None:
     if rate is None:
-        return concurrency, None
+        return None
     try:
         count, _, unit = str(rate).partition("/")
         parsed = (int(count), _PERIODS[unit])
@@ -210,7 +260,7 @@ def _check_limits(
         ) from None
     if parsed[0] < 1:
         raise ValueError(f"@job {name!r}: rate must allow at least one start, got {rate!r}.")
-    return concurrency, parsed
+    return parsed
 
 
 def _check_snoozing(
@@ -239,8 +289,10 @@ def _check_cron(name: str, fn: Callable[..., Any], cron: object, catch_up: str) 
 
 def limits_json(paused: Iterable[str] = ()) -> str:
     """The limits of every registered name, aliases included, as the claim script reads them:
-    ``{name: [concurrency, rate count, rate period, canonical name]}``, plus ``true`` for the job
-    types named in ``paused`` (current names), whose jobs the claim parks.
+    ``{name: [concurrency, rate count, rate period, canonical name]}``, with a fifth item, true, for
+    a job with ``limit_key`` (its limits hold for each key value, not for the job type), and a sixth,
+    true, for the job types named in ``paused`` (current names), whose jobs the claim parks (the fifth
+    is then false without ``limit_key``).
 
     The claim script keys its slot and rate counters and parked lists by the canonical name, so a job
     still queued under an old alias shares its limits and its pause with the jobs queued under the
@@ -249,6 +301,7 @@ def limits_json(paused: Iterable[str] = ()) -> str:
     held = set(paused)
     limits: dict[str, list[Any]] = {
         key: [d.concurrency or 0, d.rate[0] if d.rate else 0, d.rate[1] if d.rate else 1, d.name]
+        + ([True] if d.limit_key is not None else [])
         for key, d in _registry.items()
         if d.concurrency or d.rate or d.name in held
     }
@@ -256,8 +309,21 @@ def limits_json(paused: Iterable[str] = ()) -> str:
         limits.setdefault(name, [0, 0, 1, name])
     for limit in limits.values():
         if limit[3] in held:
-            limit.append(True)
+            limit[4:] = [limit[4:5] == [True], True]
     return json.dumps(limits, sort_keys=True)
+
+
+def limit_scope(record: JobRecord) -> Scope | None:
+    """The key whose limits an attempt of ``record``'s job counts under (see ``limit_key``), or None:
+    a plain job, one queued before its type had ``limit_key``, or one this process does not know."""
+    value = record.fields.get("dj_limit_key")
+    if not value:  # a plain job: nothing more to look up
+        return None
+    definition = _registry.get(record.name)
+    if definition is None or definition.limit_key is None:
+        return None
+    count, period = definition.rate or (0, 1.0)
+    return Scope(definition.name, value.decode(errors="replace"), definition.concurrency or 0, count, period)
 
 
 def _register(definition: Job[Any, Any]) -> None:
@@ -296,6 +362,7 @@ def job(
     cron_catch_up: str = "skip",
     store_result: bool = False,
     priority: int = 0,
+    limit_key: Callable[..., object] | None = None,
     expires: float | dt.timedelta | None = None,
     max_snoozes: int | None = None,
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
@@ -317,28 +384,29 @@ def job(
     cron_catch_up: str = "skip",
     store_result: bool = False,
     priority: int = 0,
+    limit_key: Callable[..., object] | None = None,
     expires: float | dt.timedelta | None = None,
     max_snoozes: int | None = None,
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a function as a job. ``timeout`` is required; ``retry`` defaults to ``JOBS["DEFAULT_RETRY"]``.
 
     ``concurrency`` and ``rate`` ("10/s") cap runs at once and starts per period (a job over either
-    waits, spending no attempt); ``cron`` ("*/5 * * * *") fires it once per period (``cron_catch_up``:
-    "skip" or "once"); ``store_result`` keeps its JSON return value; of a queue's ready jobs the highest
-    ``priority`` (-100 to 100) starts first. ``expires`` (seconds or a timedelta after each enqueue)
-    drops a run that has not started by then; ``max_snoozes`` caps how often it may ``Snooze`` in all
-    (default ``JOBS["MAX_SNOOZES"]``). Problems that do not depend on settings raise ValueError.
+    waits, spending no attempt), for each key with ``limit_key`` (the job's arguments -> a short str or
+    int); ``cron`` ("*/5 * * * *") fires it once per period (``cron_catch_up``: "skip" or "once");
+    ``store_result`` keeps its JSON return value; of a queue's ready jobs the highest ``priority``
+    (-100 to 100) starts first. ``expires`` (seconds or a timedelta after each enqueue) drops a run
+    that has not started by then; ``max_snoozes`` caps how often it may ``Snooze`` in all (default
+    ``JOBS["MAX_SNOOZES"]``). Problems that do not depend on settings raise ValueError.
     """
 
     def decorate(fn: Callable[P, R]) -> Job[P, R]:
         job_name = name or f"{fn.__module__}.{fn.__qualname__}"
         _check_names(job_name, queue, aliases, retry)
-        limits = _check_limits(job_name, concurrency, rate)
         snoozing = _check_snoozing(job_name, expires, max_snoozes)
         definition = Job(
             func=fn, name=job_name, queue=queue, timeout=_check_timeout(job_name, timeout), retry=retry,
             permanent=_check_permanent(job_name, permanent), aliases=tuple(aliases),
-            concurrency=limits[0], rate=limits[1],
+            **_check_limits(job_name, concurrency, rate, limit_key),
             cron=_check_cron(job_name, fn, cron, cron_catch_up), cron_catch_up=cron_catch_up,
             store_result=bool(store_result),
             is_async=iscoroutinefunction(fn),  # also a function marked as one (markcoroutinefunction)

@@ -55,6 +55,8 @@ class JobState:
     snoozes: int = 0  # how often it snoozed (each snooze gave its attempt back)
     expires_at: dt.datetime | None = None  # not started by then, it is dropped unrun
     expired: bool = False  # dropped unrun, status CANCELED: it had not started by expires_at
+    limit_key: str | None = None  # the key its job type's limits count it under (@job(limit_key=...))
+    parked: bool = False  # queued, waiting for its key's turn (see limit_key)
 
     @property
     def finished(self) -> bool:
@@ -92,6 +94,8 @@ class JobState:
             snoozes=record.snoozes,
             expires_at=record.expires,
             expired=record.expired,
+            limit_key=record.text("dj_limit_key") or None,
+            parked=record.status is Status.QUEUED and "dj_line" in record.fields,
         )
 
 

@@ -15,12 +15,11 @@ from typing import Any
 from django.conf import settings
 from django.test import override_settings
 
-from . import execution, stats
+from . import execution, registry, stats
 from .backends import capture
 from .backends.capture import Captured, CapturedJob
 from .conf import jobs_settings
 from .connections import by_server, get_connection, home, queue_configs
-from .outcomes import Outcome
 from .pausing import Held
 from .store import Finished, Store
 
@@ -67,7 +66,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
 
 def _run_server(store: Store, names: list[str], limit: int) -> int:
     """:func:`run_jobs` on the queues of one Redis server."""
-    store.maintain(names)
+    store.maintain(names, registry.limits_json())
     ran = 0
     active, limits = Held(store, names).claim()
     finished: Finished | None = None
@@ -86,10 +85,7 @@ def _run_server(store: Store, names: list[str], limit: int) -> int:
         if claimed is None:
             break
         ran += 1
-        ended = execution.run(store, claimed)
-        finished = (
-            Finished(claimed.token, claimed.queue, ended.result) if ended.outcome is Outcome.SUCCESS else None
-        )
+        finished = execution.completion(execution.run(store, claimed))
     if finished is not None:
         store.complete(finished, jobs_settings.FINISHED_TTL)
     return ran

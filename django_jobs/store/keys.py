@@ -27,8 +27,13 @@ django_jobs adds what RQ lacks:
   paused queue out of its claims; a claim that pops a job of a paused type parks it in
   ``djjobs:paused:<q>:<name>`` (a list, in the order popped; the hash gets ``dj_parked``), and
   ``djjobs:paused:lists`` is the set (JSON ``[queue, name]``) of the parked lists that may hold jobs.
-* ``djjobs:unique:<k>``  the job holding a unique key; ``djjobs:slots:<name>`` and
-  ``djjobs:rate:<name>:<window>`` a job type's concurrency slots and rate counters.
+* ``djjobs:unique:<k>``  the job holding a unique key; ``djjobs:slots:<scope>`` and
+  ``djjobs:rate:<scope>:<window>`` the concurrency slots and rate counters of a limit's scope: a job
+  type (its canonical name), or with ``limit_key`` one key value of it (``<name>\n<value>``).
+* ``djjobs:parked:<q>``  the lines of ``<q>`` that hold jobs parked over their key's limit: each member
+  a scope ``<name>\n<value>``, scored by when maintenance next looks at it; the line itself is the
+  sorted set ``djjobs:parked:<q>\n<name>\n<value>`` of its job ids, scored by their turn (the hash
+  gets ``dj_line``, its scope, and ``dj_turn``).
 * ``djjobs:primary``     the identity (run_id, replication id) of the server last seen as primary,
   and when it last changed: a failover or a restart that may have lost acknowledged writes;
   ``djjobs:replmark`` a counter a "replicated" push bumps, so its ``WAIT`` covers what came before.
@@ -110,13 +115,34 @@ def unique_key(key: str) -> str:
     return f"djjobs:unique:{key}"
 
 
-def slots_key(name: str) -> str:
-    return f"djjobs:slots:{name}"
+SLOTS_PREFIX = "djjobs:slots:"
+RATE_PREFIX = "djjobs:rate:"
 
 
-def rate_prefix(name: str) -> str:
-    """The rate counters of ``name`` are this prefix plus the window number (Redis time / period)."""
-    return f"djjobs:rate:{name}:"
+def limit_scope(name: str, value: str) -> str:
+    """What a per-key limit counts: one key value of the job type named ``name`` (canonical). A key
+    value holds no newline, so the last one splits the two apart."""
+    return f"{name}\n{value}"
+
+
+def slots_key(scope: str) -> str:
+    """The concurrency slots of a job type (its canonical name) or of a :func:`limit_scope`."""
+    return SLOTS_PREFIX + scope
+
+
+def rate_prefix(scope: str) -> str:
+    """The rate counters of ``scope`` are this prefix plus the window number (Redis time / period)."""
+    return f"{RATE_PREFIX}{scope}:"
+
+
+def parked_index(queue: str) -> str:
+    """The scopes of ``queue`` with jobs parked over their limit, scored by when maintenance looks next."""
+    return f"djjobs:parked:{queue}"
+
+
+def parked_line(queue: str, scope: str) -> str:
+    """The jobs of ``queue`` parked over the limit of ``scope``, scored by their turn."""
+    return f"{parked_index(queue)}\n{scope}"
 
 
 def worker_key(name: str) -> str:

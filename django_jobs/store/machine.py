@@ -31,6 +31,10 @@ from .record import JobRecord, Status, int_field, rq_timestamp, split_token, tex
 #: The scores of one priority in a queue's priority sets (``lua/ready.lua``): 201 bands of 2^44 stay
 #: below 2^52, so every score is an exact integer in a double.
 PRIORITY_BAND = 2**44
+#: Seconds until maintenance looks at a line of parked jobs again, in case a wake-up was missed.
+PARK_RECHECK = 1.0
+#: Seconds a job woken from its line holds its slot for itself, waiting to be claimed (``lua/fair.lua``).
+TURN_HOLD = 60.0
 
 
 def _lua(name: str, **snippets: str) -> str:
@@ -43,9 +47,10 @@ def script_text(name: str) -> str:
     """The text of ``lua/<name>.lua`` with its snippets, the priority band and the statuses filled in.
 
     The files are :class:`string.Template` text: ``${NOW}`` (the Redis-time prologue), ``${READY}``
-    (where a ready id goes), ``${BAND}``, ``${QUEUED}``... and ``$$`` for a ``$``.
+    (where a ready id goes), ``${FAIR}`` (limits per key: park, wake), ``${BAND}``, ``${QUEUED}``...
+    and ``$$`` for a ``$``.
     """
-    return _lua(name, NOW=_lua("now"), READY=_lua("ready"))
+    return _lua(name, NOW=_lua("now"), READY=_lua("ready"), FAIR=_lua("fair"))
 
 
 def load(connection: Redis, name: str) -> Script:
@@ -165,13 +170,41 @@ class VanishedId:
 
 
 @dataclass(frozen=True)
+class Scope:
+    """One key value of a job type with ``limit_key``: the slots and rate windows its attempts count
+    in, and the line its jobs are parked in while the key is at its limit. The end of an attempt
+    frees its slot and gives the next job parked in its queue's line its turn (``lua/fair.lua``)."""
+
+    name: str  # the job type's canonical name: aliases share their limits
+    value: str
+    concurrency: int  # 0: no concurrency limit
+    rate: int  # starts per period; 0: no rate limit
+    period: float
+
+    @property
+    def member(self) -> str:
+        return keys.limit_scope(self.name, self.value)
+
+    def places(self, queue: str) -> list[str]:
+        """Its slots, its line in ``queue``, and that queue's index of lines."""
+        return [keys.slots_key(self.member), keys.parked_line(queue, self.member), keys.parked_index(queue)]
+
+    def arg(self) -> str:
+        """What ``next_turn`` in ``lua/fair.lua`` reads: the limits, the rate counter and job hash
+        prefixes, the member of the index, and how long a job it wakes holds the slot."""
+        prefixes = [keys.rate_prefix(self.member), keys.JOB_PREFIX, self.member]
+        return json.dumps([self.concurrency, self.rate, self.period, *prefixes, TURN_HOLD])
+
+
+@dataclass(frozen=True)
 class Finished:
-    """A job that ran to success, for the next claim to complete: its lease token, its queue, and
-    its return value as JSON if its job keeps results."""
+    """A job that ran to success, for the next claim to complete: its lease token, its queue, its
+    return value as JSON if its job keeps results, and the key whose slot it frees (``limit_key``)."""
 
     token: str
     queue: str
     result: str | None = None
+    scope: Scope | None = None
 
 
 @dataclass(frozen=True)
@@ -229,42 +262,72 @@ def _flat(fields: dict[str, Any]) -> list[Any]:
     return [item for pair in fields.items() for item in pair]
 
 
-@functools.lru_cache(maxsize=64)
-def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]:
-    """The claim script's fixed KEYS for these queues and limits, and its limits argument.
-
-    Worked out once per worker and set of pauses (the arguments do not change between claims), so a
-    claim costs nothing more than it did when the script built the names itself. A limit whose fifth
-    item is true is a paused type's: it gets its field in the paused hash and a parked list per queue.
-    """
-    layout = [keys.LEASES, keys.DYING, keys.VANISHED, keys.PAUSED, keys.PARKED]
-    for queue in queues:
-        layout += [keys.queue_key(queue), keys.scheduled_key(queue), keys.wip_key(queue)]
-        layout += keys.priority_keys(queue)
+def _limit_arg(limits: str, layout: list[str], queues: Sequence[str] = ()) -> str:
+    """The limits argument of the claim and maintenance scripts: ``limits_json()`` with, per name, the
+    index in KEYS of its type's slots (appended to ``layout`` once per canonical name; 0 without a
+    concurrency limit) and its rate counters' prefix; a name with ``limit_key`` gets 0, the prefixes of
+    rate counters and slots, and its scope's prefix ``<canonical name>\\n`` instead (``lua/fair.lua``).
+    A paused type's name (its sixth item true) also gets (after two falses without ``limit_key``) its
+    field in the paused hash, the index of its first parked list (one per queue of ``queues``,
+    appended to ``layout`` once per canonical name) and its canonical name."""
     slots: dict[str, int] = {}
     parked: dict[str, int] = {}
     given: dict[str, list[Any]] = json.loads(limits)
     for limit in given.values():
-        concurrency, canonical, paused = limit[0], limit[3], limit[4:5] == [True]
-        if concurrency > 0 and canonical not in slots:
+        concurrency, canonical = limit[0], limit[3]
+        keyed, paused = limit[4:5] == [True], limit[5:6] == [True]
+        if concurrency > 0 and not keyed and canonical not in slots:
             layout.append(keys.slots_key(canonical))
             slots[canonical] = len(layout)
         if paused and canonical not in parked:
             parked[canonical] = len(layout) + 1
             layout += [keys.parked_key(queue, canonical) for queue in queues]
-        limit[3:] = [slots.get(canonical, 0), keys.rate_prefix(canonical)]
+        if keyed:
+            limit[3:] = [0, keys.RATE_PREFIX, keys.SLOTS_PREFIX, keys.limit_scope(canonical, "")]
+        else:
+            limit[3:] = [slots.get(canonical, 0), keys.rate_prefix(canonical)] + (
+                [False, False] if paused else []
+            )
         if paused:
             limit += [keys.pause_field("job", canonical), parked[canonical], canonical]
-    return layout, json.dumps(given)
+    return json.dumps(given)
 
 
 @functools.lru_cache(maxsize=64)
-def _maintain_keys(queues: tuple[str, ...]) -> list[str]:
+def _claim_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]:
+    """The claim script's fixed KEYS for these queues and limits, and its limits argument.
+
+    Worked out once per worker and set of pauses (the arguments do not change between claims), so a
+    claim costs nothing more than it did when the script built the names itself. A limit whose sixth
+    item is true is a paused type's: it gets its field in the paused hash and a parked list per queue.
+    """
+    layout = [keys.LEASES, keys.DYING, keys.VANISHED, keys.LOST, keys.PAUSED, keys.PARKED]
+    for queue in queues:
+        layout += [keys.queue_key(queue), keys.scheduled_key(queue), keys.wip_key(queue)]
+        layout += [*keys.priority_keys(queue), keys.parked_index(queue)]
+    return layout, _limit_arg(limits, layout, queues)
+
+
+@functools.lru_cache(maxsize=64)
+def _maintain_layout(queues: tuple[str, ...], limits: str) -> tuple[list[str], str]:
+    """The maintenance script's KEYS, and its limits: those of the names with ``limit_key``, as the
+    claim's entries hold them, by their scope's prefix (``<canonical name>\\n``)."""
     layout = [keys.LEASES, keys.LOST, keys.DYING, keys.QUEUES_SET]
     for queue in queues:
         layout += [keys.scheduled_key(queue), keys.queue_key(queue), keys.wake_key(queue)]
-        layout += keys.priority_keys(queue)
-    return layout
+        layout += [*keys.priority_keys(queue), keys.parked_index(queue)]
+    entries = json.loads(_limit_arg(limits, []))  # a type's slots are the claim's business only
+    keyed = [limit for limit in entries.values() if len(limit) > 5 and limit[5]]  # see _limit_arg
+    return layout, json.dumps({limit[6]: limit for limit in keyed})
+
+
+def _scope_keys(finished: Finished) -> list[str]:
+    """What the completion of a job with ``limit_key`` touches besides its own keys: its scope's
+    places, and where its queue's next parked job goes (its ready places and wake list)."""
+    if finished.scope is None:
+        return []
+    where = finished.queue
+    return [*finished.scope.places(where), *keys.ready_keys(where), keys.wake_key(where)]
 
 
 class Store:
@@ -347,15 +410,17 @@ class Store:
         """
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         layout, limit_arg = _claim_layout(tuple(queues), limits)
-        token = finished.token if finished else ""
-        done = [keys.wip_key(finished.queue), keys.job_key(split_token(token))] if finished else []
-        result = (finished.result or "") if finished else ""
+        token, done, ended = "", [], ["", ""]  # ended: the finished job's scope and result
+        if finished:
+            token = finished.token
+            done = [keys.wip_key(finished.queue), keys.job_key(split_token(token)), *_scope_keys(finished)]
+            ended = [finished.scope.arg() if finished.scope else "", finished.result or ""]
         args: list[str | float] = [token, len(queues), stamp, finished_ttl, worker_name, lease_seconds, stamp]
-        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, *queues, result]
-        reply = self._complete_and_claim(keys=layout + done, args=args + tail)
+        tail: list[str | float] = [nonce, limit_arg, limit_wait, keys.JOB_PREFIX, PARK_RECHECK, *queues]
+        reply = self._complete_and_claim(keys=layout + done, args=[*args, *tail, *ended])
         ok, expired = bool(reply[0]), _expired(queues, reply[1])
         while len(reply) == 3:  # it deferred, parked or dropped a batch of jobs: look behind them
-            reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail[:-1], ""])
+            reply = self._complete_and_claim(keys=layout, args=["", *args[1:], *tail, "", ""])
             expired += _expired(queues, reply[1])
         if len(reply) == 2:
             return Claim(ok, None, expired)
@@ -383,10 +448,12 @@ class Store:
         finished_ttl: int,
         lost: bool = False,
         cancel: bool = False,
+        scope: Scope | None = None,
     ) -> Settled:
         """Record a failed attempt: retry after ``delay`` seconds (0: at the head of the queue now),
         (``None``) start dead-lettering, or (``cancel``) end it cancelled, as it also ends whatever was
-        asked once its cancel was requested. ``lost``: the reaper already moved its lease to LOST."""
+        asked once its cancel was requested. ``lost``: the reaper already moved its lease to LOST.
+        ``scope``: the key (``limit_key``) whose slot it frees for the next parked job."""
         source = keys.LOST if lost else keys.LEASES
         where = [
             keys.wip_key(queue),
@@ -397,26 +464,36 @@ class Store:
         # A message can hold lone surrogates (an exception quoting bad input): kept, not a crash.
         values = [to_bytes(v) if isinstance(v, str) else v for v in _flat(fields)]
         call_keys = [source, *where, keys.scheduled_key(queue), keys.DYING, *keys.priority_keys(queue)]
+        if scope is not None:
+            call_keys += [keys.LEASES, keys.LOST, *scope.places(queue)]
         mode = -2 if cancel else -1 if delay is None else delay
-        args = [token, mode, rq_timestamp(dt.datetime.now(dt.UTC)), finished_ttl, *values]
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        args = [token, mode, stamp, finished_ttl, scope.arg() if scope else "", *values]
         return Settled(self._fail(keys=call_keys, args=args))
 
-    def snooze(self, token: str, queue: str, seconds: float, finished_ttl: int) -> Settled:
+    def snooze(
+        self, token: str, queue: str, seconds: float, finished_ttl: int, scope: Scope | None = None
+    ) -> Settled:
         """Reschedule a running job ``seconds`` from now, at its priority, giving back the attempt its
         claim counted and counting the snooze (``dj_snoozes``), fenced by the lease token like
-        :meth:`fail`; a job whose cancel was requested is cancelled instead."""
+        :meth:`fail`; a job whose cancel was requested is cancelled instead. ``scope``: the key
+        (``limit_key``) whose slot it frees for the next parked job, as a retry does."""
         call_keys = [
             keys.LEASES,
             keys.wip_key(queue),
             keys.job_key(split_token(token)),
             keys.scheduled_key(queue),
         ]
+        if scope is not None:
+            call_keys += [keys.LOST, *scope.places(queue), *keys.ready_keys(queue), keys.wake_key(queue)]
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
-        return Settled(self._snooze(keys=call_keys, args=[token, seconds, stamp, finished_ttl]))
+        args: list[str | float] = [token, seconds, stamp, finished_ttl, scope.arg() if scope else ""]
+        return Settled(self._snooze(keys=call_keys, args=args))
 
-    def release(self, token: str, queue: str, finished_ttl: int) -> Settled:
+    def release(self, token: str, queue: str, finished_ttl: int, scope: Scope | None = None) -> Settled:
         """Put a running job back at the head of its queue (of its priority) without spending an
-        attempt; a job whose cancel was requested is cancelled instead."""
+        attempt, keeping its key's slot (``scope``: its ``limit_key``'s); a job whose cancel was
+        requested is cancelled instead."""
         call_keys = [
             keys.LEASES,
             keys.wip_key(queue),
@@ -425,8 +502,11 @@ class Store:
             keys.wake_key(queue),
             *keys.priority_keys(queue),
         ]
+        if scope is not None:
+            call_keys += [keys.LOST, *scope.places(queue)]
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
-        return Settled(self._release(keys=call_keys, args=[token, stamp, finished_ttl]))
+        args: list[str | int] = [token, stamp, finished_ttl, scope.arg() if scope else ""]
+        return Settled(self._release(keys=call_keys, args=args))
 
     def heartbeat(self, tokens: Sequence[str], lease_seconds: float) -> Beat:
         """Extend these leases; returns the tokens that no longer hold one, and those asked to stop."""
@@ -439,23 +519,31 @@ class Store:
     def cancel(self, job_id: str, finished_ttl: int) -> CancelResult:
         """Cancel a waiting job, or ask a running one to stop (see ``lua/cancel.lua``).
 
-        Two round trips: the job's queue (its hash's ``origin``) and its parked list, if a paused type
-        parked it, name the keys the script is given. A job parked or released in between is asked
-        about again."""
+        Two round trips: the job's queue (its hash's ``origin``) names the keys the script is given,
+        and so do its parked list, if a paused type parked it (``dj_parked``), and the scope of a job
+        waiting its key's turn (``dj_line``): its line, and the slots where a woken one holds its slot.
+        A job parked or released in between is asked about again."""
         for _ in range(_CANCEL_TRIES):
             try:
-                origin, parked = self.connection.hmget(keys.job_key(job_id), ["origin", "dj_parked"])
+                origin, parked, line = self.connection.hmget(
+                    keys.job_key(job_id), ["origin", "dj_parked", "dj_line"]
+                )
             except ResponseError:  # not a hash: no job of ours
                 return CancelResult.NOT_FOUND
             if origin is None:
                 return CancelResult.NOT_FOUND
             queue, name = text(origin), text(parked) if parked is not None else ""
             call_keys = keys.waiting_keys(job_id, queue) + ([keys.parked_key(queue, name)] if name else [])
+            scope = text(line) if line is not None else ""
+            if scope:
+                call_keys += [keys.parked_line(queue, scope), keys.slots_key(scope)]
             stamp = rq_timestamp(dt.datetime.now(dt.UTC))
-            reply = int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl, name]))
+            reply = int(self._cancel(keys=call_keys, args=[job_id, stamp, finished_ttl, name, scope]))
             if reply in _CANCEL_REPLIES:
                 return _CANCEL_REPLIES[reply]
-        raise ResponseError(f"Job {job_id} kept moving in and out of a parked list; nothing was cancelled.")
+        raise ResponseError(
+            f"Job {job_id} kept moving in and out of a parked list or line; nothing cancelled."
+        )
 
     def run_now(self, job_id: str, queue: str) -> int:
         """Move a scheduled job onto its queue now: 1 moved, 0 it was not scheduled, -1 no such job."""
@@ -519,13 +607,15 @@ class Store:
         """Whether the job's cancel was requested (it may be running still)."""
         return bool(self.connection.hexists(keys.job_key(job_id), "dj_cancel"))
 
-    def maintain(self, queues: Sequence[str], batch: int = 500) -> tuple[int, int]:
-        """Reap expired leases into LOST and promote due scheduled jobs; returns both counts."""
+    def maintain(self, queues: Sequence[str], limits: str = "{}", batch: int = 500) -> tuple[int, int, int]:
+        """Reap expired leases into LOST, promote due scheduled jobs, and wake the jobs parked over their
+        key's limit (``limits``: ``registry.limits_json()``) in lines due to be looked at whose key has
+        room again; returns the three counts."""
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))  # RQ's meaning: when the job was put on its queue
-        lost, promoted = self._maintain(
-            keys=_maintain_keys(tuple(queues)), args=[batch, stamp, keys.JOB_PREFIX]
-        )
-        return int(lost), int(promoted)
+        layout, limit_arg = _maintain_layout(tuple(queues), limits)
+        args: list[str | float] = [batch, stamp, keys.JOB_PREFIX, limit_arg, PARK_RECHECK, TURN_HOLD]
+        lost, promoted, woken = self._maintain(keys=layout, args=args)
+        return int(lost), int(promoted), int(woken)
 
     def lost_tokens(self, limit: int = 100) -> list[bytes]:
         """Lost attempts due to be settled, as raw bytes: whatever was planted, the scan never fails."""
@@ -587,11 +677,13 @@ class Store:
         return {to_text(k): v for k, v in raw.items()}
 
     def next_due(self, queues: Sequence[str]) -> float | None:
-        """Seconds (in Redis time) until the first scheduled job of these queues is due; None if none."""
+        """Seconds (in Redis time) until the first scheduled job of these queues is due, or a line of
+        jobs parked over their key's limit is looked at next; None if none."""
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.time()
             for queue in queues:
                 pipe.zrange(keys.scheduled_key(queue), 0, 0, withscores=True)
+                pipe.zrange(keys.parked_index(queue), 0, 0, withscores=True)
             (now_s, now_us), *firsts = pipe.execute()
         dues = [float(first[0][1]) for first in firsts if first]
         return min(dues) - (now_s + now_us / 1e6) if dues else None

@@ -23,7 +23,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
-from .. import alerts, batches, deadletter, execution, idempotency, metrics, outbox, outcomes
+from .. import alerts, batches, deadletter, execution, idempotency, metrics, outbox, outcomes, registry
 from ..backends import redis as redis_backend
 from ..conf import LEDGER, jobs_settings
 from ..connections import connection_identity, get_connection, queue_configs, queues_on
@@ -166,6 +166,7 @@ class Maintenance:
 
     def __init__(self, store: Store, queues: Sequence[str], interval: float, *, lead: bool = True) -> None:
         self.store, self.queues, self.lead = store, list(queues), lead
+        self.limits = registry.limits_json()  # the registry is complete once Django is set up
         self.scheduler = Scheduler(store.connection, self.owns)
         self.strikes = Strikes()
         self.paused: dict[str, float] = {}  # queue -> when (monotonic) the relay tries its Redis again
@@ -207,7 +208,7 @@ class Maintenance:
         return queue in queues_on(self.queues[0])
 
     def promote_and_reap(self) -> None:
-        self.store.maintain(self.queues)
+        self.store.maintain(self.queues, self.limits)
         for token in self.store.lost_tokens():
             self._item(LOST, token, self._settle_lost)
 

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from .. import execution, stats
 from ..conf import jobs_settings
-from ..outcomes import AttemptEnded, Outcome
+from ..outcomes import AttemptEnded
 from ..pausing import Held
 from ..store import Claimed, Finished, Store, wake_key
 from .guard import ClaimBoard
@@ -189,11 +189,9 @@ class WorkProcess:
         ended = self._run(store, claimed, arm)
         self._post(0)  # the job's code is done, or never ran (an undecodable job): nothing to kill for
         self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
-        if ended is not None and ended.outcome is Outcome.SUCCESS:
-            self._report("C")  # ran; keep the lease alive until the completion lands
-            return Finished(claimed.token, claimed.queue, ended.result)
-        self._report("D")
-        return None
+        finished = execution.completion(ended) if ended is not None else None
+        self._report("C" if finished else "D")  # "C": ran; keep the lease alive until the completion lands
+        return finished
 
     def _ended(self, returned: bool) -> None:
         """The job's code is done: the lease guard stops watching (settling the end may wait on a

@@ -56,7 +56,7 @@ def expected_types(queues: Sequence[str]) -> dict[str, str]:
             scheduled_key(queue): "zset",
             wip_key(queue): "zset",
         }
-        types |= dict.fromkeys(keys.priority_keys(queue), "zset")
+        types |= dict.fromkeys([*keys.priority_keys(queue), keys.parked_index(queue)], "zset")
     return types
 
 

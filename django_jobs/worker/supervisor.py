@@ -22,7 +22,7 @@ from django.db import connections
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, metrics, outcomes, stats, tracing
+from .. import execution, metrics, outcomes, registry, stats, tracing
 from ..conf import jobs_settings
 from ..exceptions import JobCancelled, JobTimeout, WorkerLost
 from ..logs import redis_location
@@ -288,17 +288,18 @@ class Supervisor:
                 shard.reach.failed(error)
 
     def _settle(self, store: Store, slot: Slot) -> None:
-        """Settle the attempt of a child that died, on its job's Redis."""
+        """Settle the attempt of a child that died, on its job's Redis. Its key's slot (``limit_key``)
+        is kept by a job handed back, and passed on by one that ends."""
         assert slot.token is not None
         assert slot.queue is not None
-        if slot.handed_back:
-            if store.release(slot.token, slot.queue, jobs_settings.FINISHED_TTL) is Settled.CANCELLED:
+        if slot.handed_back or slot.deadline is None or slot.returned:
+            scope, ttl = registry.limit_scope(self._claimed(store, slot).record), jobs_settings.FINISHED_TTL
+            if not slot.handed_back:  # it succeeded; only the completion was missing
+                # the return value died with the process: the job is finished without its result
+                store.complete(Finished(slot.token, slot.queue, scope=scope), ttl)
+            elif store.release(slot.token, slot.queue, ttl, scope) is Settled.CANCELLED:
                 stopped = JobCancelled("The job was cancelled while runjobs was stopping.")
                 outcomes.publish(execution.cancelled(store, self._claimed(store, slot), stopped))
-            return
-        if slot.deadline is None or slot.returned:  # it succeeded; only the completion was missing
-            # the return value died with the process: the job is finished without its result
-            store.complete(Finished(slot.token, slot.queue), jobs_settings.FINISHED_TTL)
             return
         outcomes.publish(execution.settle_failure(store, self._claimed(store, slot), self._ending(slot)))
 

@@ -209,11 +209,11 @@ def test_enqueue_in_schedules_and_maintenance_promotes_when_due(redis_db):
     assert queued(redis_db) == []
     assert redis_db.zscore("rq:scheduled:default", handle.id) is not None
     store = Store(redis_db)
-    assert store.maintain(["default"]) == (0, 0)
+    assert store.maintain(["default"]) == (0, 0, 0)
     import time
 
     time.sleep(0.25)
-    assert store.maintain(["default"]) == (0, 1)
+    assert store.maintain(["default"]) == (0, 1, 0)
     assert queued(redis_db) == [handle.id]
 
 

@@ -261,7 +261,7 @@ def test_a_work_process_sees_pauses_and_resumes_at_its_next_reading(redis_db, ca
     pause(queue="emails", reason="provider down")
     pause(job=jobs.record)
     limits = json.loads(until_read(held, ["default"]))
-    assert limits["tests.record"] == [0, 0, 1, "tests.record", True]
+    assert limits["tests.record"] == [0, 0, 1, "tests.record", False, True]
     assert "Queue emails is paused (by " in caplog.text and ": provider down); its jobs wait" in caplog.text
     resume(queue="emails")
     resume(job=jobs.record)

@@ -491,6 +491,35 @@ def cancels_itself(key: str, then: str = "stop") -> None:
     SideEffect.objects.create(key=key)
 
 
+# --- limits per key (limit_key) -----------------------------------------------------------------
+
+
+@job(
+    name="tests.per_account",
+    aliases=["tests.per_account_before_rename"],
+    timeout=10,
+    retry=FAST,
+    concurrency=1,
+    limit_key=lambda account, *_, **__: account,
+)
+def per_account(account: str, key: str, seconds: float = 0.0, fail: bool = False) -> None:
+    """One at a time per account; records its account, key, start and end, so a test can see the
+    order and whether two of one account ever ran at once. ``fail``: a retryable failure instead."""
+    started = time.time()
+    time.sleep(seconds)
+    if fail:
+        SideEffect.objects.create(key=f"attempt:{account}|{key}")
+        raise ConnectionError("upstream down")
+    SideEffect.objects.create(key=f"{account}|{key}|{started}|{time.time()}")
+
+
+@job(
+    name="tests.per_account_rated", timeout=10, retry=FAST, rate="2/m", limit_key=lambda account, key: account
+)
+def per_account_rated(account: str, key: str) -> None:
+    SideEffect.objects.create(key=f"{account}|{key}")
+
+
 # --- Snooze and expiry ------------------------------------------------------------------------------
 
 

@@ -14,20 +14,20 @@ from tests.observability.conftest import samples
 
 def test_a_paused_type_travels_with_the_limits_under_its_name_and_every_alias():
     limits = json.loads(registry.limits_json(["tests.new_name", "tests.solo"]))
-    assert limits["tests.new_name"] == limits["tests.old_name"] == [0, 0, 1, "tests.new_name", True]
-    # a limited type keeps its limits; the pause is one more item
-    assert limits["tests.solo"] == limits["tests.solo_before_rename"] == [1, 0, 1, "tests.solo", True]
+    assert limits["tests.new_name"] == limits["tests.old_name"] == [0, 0, 1, "tests.new_name", False, True]
+    # a limited type keeps its limits; the pause is the sixth item (the fifth: whether it has limit_key)
+    assert limits["tests.solo"] == limits["tests.solo_before_rename"] == [1, 0, 1, "tests.solo", False, True]
     assert limits["tests.limited"] == [3, 0, 1, "tests.limited"]  # not paused: as before
 
 
 def test_nothing_paused_is_the_same_argument_as_without_pausing():
     assert registry.limits_json([]) == registry.limits_json()
-    assert all(len(limit) == 4 for limit in json.loads(registry.limits_json()).values())
+    assert not any(limit[5:] for limit in json.loads(registry.limits_json()).values())  # no pause item
 
 
 def test_a_paused_name_this_process_does_not_know_is_held_all_the_same():
     assert json.loads(registry.limits_json(["billing.elsewhere"]))["billing.elsewhere"] == [
-        0, 0, 1, "billing.elsewhere", True,
+        0, 0, 1, "billing.elsewhere", False, True,
     ]  # fmt: skip
 
 

@@ -213,6 +213,8 @@ class Command(BaseCommand):
         self.stdout.write(f"Requeued {len(done)} dead letter(s).")
         for name, skipped in done.unknown.items():
             self.stderr.write(f"{skipped} entry(ies) of {name!r} left open: no job has that name here.")
+        for name, skipped in done.refused.items():
+            self.stderr.write(f"{skipped} entry(ies) of {name!r} left open: {deadletter.REFUSED}.")
 
     def _discard(self, options: dict[str, Any]) -> None:
         user = audited_user(options["user"], deadletter.DISCARD_PERMISSION)

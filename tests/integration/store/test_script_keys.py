@@ -1,7 +1,7 @@
 """Every key a store script touches is one its caller passed in KEYS, so a script can run on a sharded
 or clustered Redis; the only exceptions are the keys a script learns while it runs (the hash of a job
-id it reads from a queue or a marker, a rate window, an alert group), as documented
-in each script's header."""
+id it reads from a queue or a marker, a rate window, an alert group, the slots and line of a job's
+limit key), as documented in each script's header."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from django_jobs import alerts, inspect, registry
+from django_jobs.execution import settle_failure
 from django_jobs.store import LEASES, CancelResult, Claimed, Finished, Settled, Store
 from django_jobs.store.machine import load
 from django_jobs.testing import run_jobs
@@ -29,6 +30,9 @@ LEARNED = (
     "djjobs:alertcount:",
     "djjobs:alertlast:",
 )
+#: ... and the slots and parked lines of a limit scope (a key value of a job with limit_key): their
+#: names hold the key value, read from the job hash (MONITOR shows the newline in them as ``\n``).
+SCOPED = ("djjobs:slots:", "djjobs:parked:")
 _MARK = "store-keys-test-done"
 #: Commands whose every argument is a key; every other command the scripts run has one key, first.
 _ALL_KEYS = {"DEL", "EXISTS"}
@@ -67,7 +71,8 @@ class Recorder:
             name = words[0].upper()
             touched = [] if name in _NO_KEYS else words[1:] if name in _ALL_KEYS else words[1:2]
             for key in touched:
-                if key not in given and not key.startswith(LEARNED):
+                learned = key.startswith(LEARNED) or (key.startswith(SCOPED) and "\\n" in key)
+                if key not in given and not learned:
                     stray.setdefault(script, set()).add(key)
         return stray
 
@@ -121,6 +126,7 @@ def _every_transition(client: redis.Redis) -> None:
     store.complete(Finished(claimed.token, claimed.queue), 60)
     _cancel_transitions(store)
     _priority_transitions(store)
+    _keyed_transitions(store)
     _pause_transitions(store)
     client.zadd(LEASES, {"gone:x": 0})
     store.maintain(["default"])
@@ -142,6 +148,29 @@ def _cancel_transitions(store: Store) -> None:
     assert store.release(claimed.token, claimed.queue, 60) is Settled.CANCELLED
 
 
+def _keyed_transitions(store: Store) -> None:
+    """Park, wake on a completion, a failure and a snooze, cancel a parked job, and maintenance's look
+    at a line."""
+    run_jobs(["default"])  # what the transitions before left queued
+    first, *_ = [jobs.per_account.enqueue("A", key).id for key in ("a0", "a1", "a2", "a3", "a4")]
+    claimed = _claim(store, "k0")
+    assert claimed.id == first
+    _, none, _ = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="k1", finished_ttl=60,
+        limits=registry.limits_json(),
+    )  # fmt: skip
+    assert none is None  # the others are parked
+    completion = Finished(claimed.token, claimed.queue, scope=registry.limit_scope(claimed.record))
+    woken = _claim(store, "k2", completion)
+    settle_failure(store, woken, ConnectionError("upstream down"))
+    snoozing = _claim(store, "k3")  # the next one, woken by that failure
+    store.snooze(snoozing.token, snoozing.queue, 60, 60, registry.limit_scope(snoozing.record))
+    last = store.connection.zrange("djjobs:parked:default\ntests.per_account\nA", -1, -1)[0]
+    store.cancel(last.decode(), 60)
+    store.connection.zadd("djjobs:parked:default", {"tests.per_account\nA": 0})
+    store.maintain(["default"], registry.limits_json())
+
+
 def _priority_transitions(store: Store) -> None:
     jobs.record.options(priority=3).enqueue("p")
     assert store.cancel(jobs.record.options(priority=-3).enqueue("q").id, 60) is CancelResult.CANCELLED
@@ -154,6 +183,7 @@ def _priority_transitions(store: Store) -> None:
 
 def _pause_transitions(store: Store) -> None:
     """Pause a type, park its jobs (one cancelled while parked), unpark the rest; pause a queue."""
+    run_jobs(["default"])  # what the transitions before left queued
     store.pause("job", "tests.record", by="t", reason="")
     parked, doomed = jobs.record.options(priority=2).enqueue("s"), jobs.record.enqueue("t")
     _, claimed, _ = store.complete_and_claim(
@@ -169,10 +199,11 @@ def _pause_transitions(store: Store) -> None:
     assert store.held(store.record(parked.id))
 
 
-def _claim(store: Store, nonce: str) -> Claimed:
+def _claim(store: Store, nonce: str, finished: Finished | None = None) -> Claimed:
     _, claimed, _ = store.complete_and_claim(
-        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60
-    )
+        ["default"], finished=finished, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60,
+        limits=registry.limits_json(),
+    )  # fmt: skip
     assert claimed is not None
     return claimed
 
