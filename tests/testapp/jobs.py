@@ -588,9 +588,10 @@ def snoozy_pages(cursor: int | None, *, page_size: int, returned: bool = False) 
 # --- Batches -------------------------------------------------------------------------------------
 
 
-@batch_callback(name="tests.batch_done", timeout=10, retry=FAST)
+@batch_callback(name="tests.batch_done", timeout=10, retry=SOAK)
 def batch_done(batch: Batch, label: str) -> None:
-    """Records each run with what the batch says: the framework runs it once per batch and kind."""
+    """Records each run with what the batch says: the framework runs it once per batch and kind. Its
+    retries outlast a chaos test's kills (each killed attempt counts), as the members' do."""
     SideEffect.objects.create(key=f"{label}|{batch.pk}|{batch.status}|{batch.succeeded}|{batch.ended}")
 
 
@@ -604,9 +605,10 @@ def batch_flaky_done(batch: Batch, label: str) -> None:
         raise ConnectionError("flaky upstream")
 
 
-@job(name="tests.needs_fix", timeout=10, retry=FAST)
+@job(name="tests.needs_fix", timeout=10, retry=SOAK)
 def needs_fix(key: str) -> None:
-    """Dead-lettered at once until a "fixed:<key>" row exists (an operator's data fix); then done once."""
+    """Dead-lettered at once until a "fixed:<key>" row exists (an operator's data fix); then done once.
+    Its retries outlast a chaos test's kills, so only the missing fix dead-letters it."""
     SideEffect.objects.create(key=f"attempt:{key}")
     if not SideEffect.objects.filter(key=f"fixed:{key}").exists():
         raise PermanentError(f"{key} needs a fix")
