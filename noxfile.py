@@ -40,7 +40,7 @@ MATRIX = [
             "postgres": [
                 "tests/unit",
                 "tests/integration",
-                "tests/acceptance/test_nothing_lost.py",
+                "tests/acceptance/test_nothing_lost.py::test_a_database_outage_is_retried_and_its_dead_letter_written_once_the_database_returns",
                 "tests/acceptance/test_failover.py",
                 "tests/acceptance/test_partition.py::test_a_host_cut_off_from_its_database_finishes_each_job_once",
             ],

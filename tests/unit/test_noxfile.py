@@ -49,7 +49,7 @@ def test_every_django_runs_the_in_process_tests_on_both_databases_and_every_test
     assert unrun == []
     postgres = {arg for db, selected in selections() if db == "postgres" for arg in selected}
     about_the_server = {
-        "tests/acceptance/test_nothing_lost.py",
+        "tests/acceptance/test_nothing_lost.py::test_a_database_outage_is_retried_and_its_dead_letter_written_once_the_database_returns",
         "tests/acceptance/test_failover.py",
         "tests/acceptance/test_partition.py::test_a_host_cut_off_from_its_database_finishes_each_job_once",
     }
