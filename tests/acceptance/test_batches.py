@@ -104,15 +104,17 @@ def test_callbacks_run_once_through_kills_retries_and_a_requeued_dead_letter(
         time.sleep(0.05)
 
     ran = {BatchCallback.State.RAN.value}
+    callbacks = BatchCallback.objects.filter(batch=created)
     try:
-        wait_for(lambda: set(BatchCallback.objects.filter(batch=created).values_list("state", flat=True)) == ran,
-                 timeout=90 + MEMBERS * 0.2)  # fmt: skip
+        wait_for(lambda: set(callbacks.values_list("state", flat=True)) == ran, timeout=90 + MEMBERS * 0.2)
     except AssertionError:
-        pending = list(BatchMember.objects.exclude(state="succeeded").values_list("job_id", "state", "queue"))
-        states = {job_id: chaos.client.hgetall(f"rq:job:{job_id}") for job_id, _, _ in pending}
-        callbacks = list(BatchCallback.objects.filter(batch=created).values_list("kind", "state", "job_id"))
-        raise AssertionError(f"callbacks {callbacks}; members not succeeded {pending}; their jobs {states}; "
-                             f"dead letters {list(DeadLetter.objects.values_list('job_id', 'status'))}") from None
+        pending = list(BatchMember.objects.exclude(state="succeeded").values_list("job_id", "state"))
+        states = {job_id: chaos.client.hgetall(f"rq:job:{job_id}") for job_id, _ in pending}
+        dead = list(DeadLetter.objects.values_list("job_id", "status"))
+        raise AssertionError(
+            f"callbacks {list(callbacks.values_list('kind', 'state', 'job_id'))}; members not succeeded "
+            f"{pending}; their jobs {states}; dead letters {dead}"
+        ) from None
     total = MEMBERS + 4
     done = Batch.objects.get(pk=created.pk)
     assert (done.status, done.total, done.succeeded, done.ended) == ("succeeded", total, total, 0)
