@@ -318,12 +318,18 @@ class Maintenance:
             return
         held = {pause.name for pause in self.store.pauses() if pause.kind == "job"}
         for queue, name in lists:
-            if name not in held:
+            if name in held:
+                continue
+            # one broken list (the structure check sets it aside) never holds back the others
+            try:
                 moved, _ = self.store.unpark(queue, name)
-                if moved:
-                    logger.info(
-                        "Put %d parked job(s) of %s back on queue %s: it is not paused", moved, name, queue
-                    )
+            except redis_errors.ResponseError as exc:
+                logger.warning("Parked jobs of %s on queue %s not put back: %s", name, queue, exc)
+                continue
+            if moved:
+                logger.info(
+                    "Put %d parked job(s) of %s back on queue %s: it is not paused", moved, name, queue
+                )
 
     def record_vanished(self) -> None:
         """Dead-letter the ids a claim popped after their hash was gone, so no eviction is silent."""

@@ -280,6 +280,19 @@ def test_maintenance_puts_back_jobs_a_resume_left_parked(redis_db):
     assert run_jobs() == 1
 
 
+def test_a_broken_parked_list_never_holds_back_the_others(redis_db, caplog):
+    pause(job=jobs.record)
+    handle = jobs.record.enqueue("stranded")
+    run_jobs()
+    Store.of(redis_db).resume("job", "tests.record")  # a resume that died before it released them
+    listed = redis_db.smembers("djjobs:paused:lists")
+    redis_db.delete("djjobs:paused:lists")
+    redis_db.sadd("djjobs:paused:lists", json.dumps(["default", "tests.ghost"]), *listed)  # first
+    redis_db.set("djjobs:paused:default:tests.ghost", "not a list")
+    Maintenance(Store.of(redis_db), ["default"], 0.1).release_parked()
+    assert ids(redis_db, "rq:queue:default") == [handle.id]
+
+
 def test_maintenance_leaves_the_jobs_of_a_type_still_paused(redis_db):
     pause(job=jobs.record)
     jobs.record.enqueue("held")
