@@ -6,6 +6,7 @@ limit key), as documented in each script's header."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,7 +34,6 @@ LEARNED = (
 #: ... and the slots and parked lines of a limit scope (a key value of a job with limit_key): their
 #: names hold the key value, read from the job hash (MONITOR shows the newline in them as ``\n``).
 SCOPED = ("djjobs:slots:", "djjobs:parked:")
-_MARK = "store-keys-test-done"
 #: Commands whose every argument is a key; every other command the scripts run has one key, first.
 _ALL_KEYS = {"DEL", "EXISTS"}
 _NO_KEYS = {"TIME"}
@@ -45,6 +45,9 @@ class Recorder:
     def __init__(self, client: redis.Redis) -> None:
         self.db = client.connection_pool.connection_kwargs.get("db", 0)
         self.client = client
+        #: Ends the recording: unique, since a run in parallel on another database of the same server
+        #: shows its own commands (and its own recorder's mark) to this MONITOR too.
+        self.mark = f"store-keys-test-done-{uuid.uuid4().hex}"
         self.lines: list[dict[str, Any]] = []
         self.thread = threading.Thread(target=self._listen, daemon=True)
 
@@ -53,7 +56,7 @@ class Recorder:
             self.lines.append({"command": "started", "db": self.db, "client_type": ""})
             for line in monitor.listen():
                 self.lines.append(line)
-                if _MARK in line["command"]:
+                if line["db"] == self.db and self.mark in line["command"]:
                     return
 
     def stray_keys(self) -> dict[str, set[str]]:
@@ -88,7 +91,7 @@ def recorder(redis_db: redis.Redis) -> Iterator[Recorder]:
 
 
 def _stop(recorder: Recorder, client: redis.Redis) -> None:
-    client.echo(_MARK)
+    client.echo(recorder.mark)
     recorder.thread.join(10)
     assert not recorder.thread.is_alive()
 
@@ -211,7 +214,8 @@ def _claim(store: Store, nonce: str, finished: Finished | None = None) -> Claime
 def test_every_key_a_store_script_touches_was_passed_in_keys(recorder, redis_db):
     _every_transition(redis_db)
     _stop(recorder, redis_db)
-    evalsha = [x["command"].split(" ")[1] for x in recorder.lines if x["command"].startswith("EVALSHA")]
+    ours = [x["command"] for x in recorder.lines if x["db"] == recorder.db]
+    evalsha = [command.split(" ")[1] for command in ours if command.startswith("EVALSHA")]
     assert len(set(evalsha)) >= 11  # push, claim, fail, release, heartbeat, maintain, buried, due, cancel,
     # heads, snooze
     assert recorder.stray_keys() == {}
