@@ -14,10 +14,14 @@ from pathlib import Path
 import redis
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_port(highest: int = 65535) -> int:
+    """A loopback port free right now, at most ``highest``."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port <= highest:
+            return port
 
 
 _held: list[socket.socket] = []
@@ -51,7 +55,8 @@ class RedisServer:
     """A redis-server of our own on a spare loopback port. Its append-only file survives a stop."""
 
     def __init__(self, directory: Path, *options: str) -> None:
-        self.port = free_port()
+        # In cluster mode the server also listens on its port + 10000 (the cluster bus).
+        self.port = free_port(highest=55535) if "--cluster-enabled" in options else free_port()
         self.directory = directory
         self.options = options  # more redis-server options, e.g. "--cluster-enabled", "yes"
         self.proc: subprocess.Popen[bytes] | None = None
