@@ -1,8 +1,11 @@
 """``task_finished`` from the worker: an outcome subscriber, so it is sent wherever an attempt's end is
 decided (the work process, the supervisor for a killed or dead one, the reaper for a lost lease).
 
-It is sent once a task has finished: succeeded, or failed for good (dead-lettered). An attempt that
-will be retried sends no ``task_finished``; the next attempt sends ``task_started`` again.
+It is sent once a task has finished: succeeded, failed for good (dead-lettered), or was cancelled while
+it ran (its result reads FAILED; its last error says how it stopped: ``JobCancelled``, or the kill).
+An attempt that will be retried, or snoozes, sends no ``task_finished``; the next attempt sends
+``task_started`` again. A task that never ran (cancelled while it waited, or dropped unrun past its
+expiry) sends none: it never started.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ def on_attempt_ended(event: AttemptEnded) -> None:
         status, history = Status.FINISHED, None
     elif event.bury:
         status, history = Status.FAILED, event.history
+    elif event.outcome is Outcome.CANCELLED:
+        status, history = Status.CANCELED, event.history
     else:
         return  # retrying, or fenced off: another attempt owns the task
     now = timezone.now()

@@ -6,7 +6,10 @@ attempt's ``TaskContext`` and the worker's signals all use.
 | queued, scheduled (delayed, retrying) | READY (a retrying task has its errors so far) |
 | started                               | RUNNING          |
 | finished                              | SUCCESSFUL       |
-| failed (dead-lettered), canceled      | FAILED (a canceled one without an error for it) |
+| failed (dead-lettered), canceled      | FAILED (see below) |
+
+A task cancelled while it ran has an error saying how it stopped (``JobCancelled``, or the kill); one
+cancelled while it waited has none for the cancel.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
+from django_jobs import cancel
 from django_jobs.models import DeadLetter
 from django_jobs.tasks import InvalidTaskError, JobsBackend, ResultDoesNotExist
 from django_jobs.testing import immediate_jobs, run_jobs
@@ -295,6 +296,24 @@ def test_signals_are_sent_as_django_documents_them():
     ]
     final = next(r for s, _, _, r in seen if s is task_finished and r.id == bad.id)
     assert len(final.errors) == 3 and final.errors[-1].exception_class is ValueError
+
+
+def test_a_task_cancelled_while_it_runs_is_finished_and_one_cancelled_while_it_waits_never_started():
+    with received(task_started, task_finished) as seen:
+        ran = tasks.cancels_itself.enqueue("asked")
+        waiting = tasks.record.using(run_after=timezone.now() + dt.timedelta(minutes=5)).enqueue("never")
+        assert str(cancel(waiting.id)) == "cancelled"
+        assert run_jobs() == 1
+    assert [(signal, status, result.id) for signal, status, _, result in seen] == [
+        (task_started, "RUNNING", ran.id),
+        (task_finished, "FAILED", ran.id),  # a cancelled task reads FAILED
+    ]
+    sent = seen[-1][3]
+    ran.refresh()
+    assert ran.status == TaskResultStatus.FAILED and ran.attempts == sent.attempts == 1
+    assert [e.exception_class_path for e in sent.errors] == [e.exception_class_path for e in ran.errors]
+    assert [e.exception_class_path for e in ran.errors] == ["django_jobs.exceptions.JobCancelled"]
+    assert list(SideEffect.objects.values_list("key", flat=True)) == ["asked:requested"]
 
 
 def test_immediate_mode_runs_tasks_inline():

@@ -60,6 +60,15 @@ def own_id(context: TaskContext) -> str:
     return context.task_result.id
 
 
+@task(takes_context=True)
+def cancels_itself(context: TaskContext, key: str) -> None:
+    """Asks for its own cancel while it runs (as another process would), then stops as asked."""
+    from django_jobs import JobCancelled, cancel
+
+    SideEffect.objects.create(key=f"{key}:{cancel(context.task_result.id)}")
+    raise JobCancelled("stopped as asked")
+
+
 @task()
 def fails(message: str) -> None:
     raise ValueError(message)
