@@ -12,6 +12,7 @@ one file, so the directory does not grow with every recycled process and no coun
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -229,7 +230,17 @@ class _Files:
 
     def collect(self) -> Iterable[Metric]:
         with _files_lock:
-            return list(MultiProcessCollector(None, self.directory).collect())
+            files = [path for path in glob.glob(os.path.join(self.directory, "*.db")) if _begun(path)]
+            return list(MultiProcessCollector.merge(files, accumulate=True))
+
+
+def _begun(path: str) -> bool:
+    """Whether a process's file has been sized yet: one that a new work process is creating at this
+    very moment is still empty, and reading it would fail the whole scrape (it holds no value yet)."""
+    try:
+        return os.path.getsize(path) > 0
+    except FileNotFoundError:
+        return False
 
 
 def registry(*collectors: Any) -> CollectorRegistry:
