@@ -27,6 +27,7 @@ Every writer locks the batch's row before its members' rows, so two of them neve
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import inspect
 import logging
@@ -39,7 +40,7 @@ from typing import Any, Concatenate, Generic, ParamSpec
 
 from asgiref.sync import iscoroutinefunction
 from django.db import DEFAULT_DB_ALIAS, transaction
-from django.db.models import F, QuerySet
+from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
 from . import enqueue, metrics, payload, registry, results
@@ -65,6 +66,8 @@ SUCCESS, COMPLETE = BatchCallback.Kind.SUCCESS, BatchCallback.Kind.COMPLETE
 End = tuple[str, str]
 #: Pending members a sweep reads per step.
 PAGE = 500
+#: Callback states after which its batch's row is no longer needed.
+SETTLED_CALLBACKS = (BatchCallback.State.RAN, BatchCallback.State.SKIPPED)
 
 
 @dataclass(frozen=True)
@@ -402,6 +405,25 @@ def _in_outbox(ids: list[str]) -> set[str]:
         for alias in outbox_aliases()
         for pk in OutboxEntry.objects.using(alias).filter(pk__in=ids).values_list("pk", flat=True)
     }
+
+
+def prune(limit: int = 1000) -> int:
+    """Delete, with their members and callbacks, up to ``limit`` batches that ended longer than
+    ``JOBS["BATCH_RETENTION"]`` ago and whose callbacks are settled (ran or skipped; one whose job is
+    still on its way, retrying or dead-lettered, keeps its batch: its run needs the row); returns how
+    many batches went."""
+    cutoff = timezone.now() - dt.timedelta(seconds=jobs_settings.BATCH_RETENTION)
+    unsettled = BatchCallback.objects.filter(batch_id=OuterRef("pk")).exclude(state__in=SETTLED_CALLBACKS)
+    stale = list(
+        Batch.objects.exclude(status=Batch.Status.OPEN)
+        .filter(finished_at__lt=cutoff)
+        .exclude(Exists(unsettled))
+        .values_list("pk", flat=True)[:limit]
+    )
+    if not stale:
+        return 0
+    deleted, _ = Batch.objects.filter(pk__in=stale).delete()  # members and callbacks by cascade
+    return len(stale) if deleted else 0
 
 
 # --- requeued members ----------------------------------------------------------------------------

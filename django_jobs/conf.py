@@ -98,6 +98,9 @@ class JobsSettings:
     # members)): the longest a member's end that no event reported (a worker killed at the wrong instant,
     # a cancelled waiting job, a requeued dead letter) waits to be counted. Keep it well below FINISHED_TTL.
     BATCH_SWEEP_INTERVAL: float = 10
+    # Seconds a batch that ended (and whose callbacks ran or were skipped) is kept, with its members and
+    # callbacks, before runjobs deletes it.
+    BATCH_RETENTION: float = 30 * 24 * 3600
 
     def durability(self, queue: str) -> str:
         """The durability level of ``queue``'s enqueues."""

@@ -1,5 +1,6 @@
 """The supervisor's periodic duties: promote due jobs, reap dead workers' leases, finish
-interrupted dead-lettering, relay the outbox, sweep the open batches and prune old idempotency keys.
+interrupted dead-lettering, relay the outbox, sweep the open batches, and prune old idempotency keys
+and batches.
 
 Every ``runjobs`` runs all of them, so no duty waits on one elected process, and each step is
 an atomic script or an idempotent write, so two ``runjobs`` doing the same step cannot double it.
@@ -161,8 +162,8 @@ def _job_id(raw: bytes) -> str:
 class Maintenance:
     """The duties of one Redis server: ``queues`` are the ones this runjobs serves there. The relay,
     the ledger and the periodic jobs cover every queue of ``RQ_QUEUES`` on that server; the ``lead``
-    server's maintenance (the first one's) also prunes idempotency keys and takes the outbox rows and
-    periodic jobs of queues missing from ``RQ_QUEUES``, so each is done once per runjobs."""
+    server's maintenance (the first one's) also prunes idempotency keys and old batches, and takes the
+    outbox rows and periodic jobs of queues missing from ``RQ_QUEUES``, so each is done once per runjobs."""
 
     def __init__(self, store: Store, queues: Sequence[str], interval: float, *, lead: bool = True) -> None:
         self.store, self.queues, self.lead = store, list(queues), lead
@@ -183,7 +184,7 @@ class Maintenance:
             Every(5.0, self.record_vanished),
             Every(5.0, self.release_parked),
             Every(min(interval, 1.0), self.sweep_batches),
-            Every(600.0, self.prune_keys),
+            Every(600.0, self.prune),
             Every(5.0, self.flush_alerts),
             Every(min(interval, 0.2), self.scheduler.tick),
         ]
@@ -452,9 +453,11 @@ class Maintenance:
         """Settle the batch members whose end no event reported: one page of the sweep per pass."""
         self.batches.step()
 
-    def prune_keys(self) -> None:
+    def prune(self) -> None:
+        """Delete idempotency keys and ended batches past their retention, a page of each."""
         if self.lead:  # the database is one for every server: once per runjobs is enough
             idempotency.prune()
+            batches.prune()
 
     def flush_alerts(self) -> None:
         """Send the summary of each dead-letter group whose alert window closed."""

@@ -3,11 +3,13 @@ end (succeeded, retried, dead-lettered, requeued, cancelled, gone), and whatever
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from django_jobs import batches, deadletter, metrics, outcomes, retrying
 from django_jobs.batches import batch, batch_callback
@@ -299,3 +301,34 @@ def test_the_callbacks_fired_are_counted(redis_db):
         jobs.record.enqueue("counted")
     drain()
     assert metrics.BATCH_CALLBACKS.labels("complete")._value.get() == before + 1
+
+
+def test_batches_that_ended_long_ago_are_pruned_with_their_rows_unless_a_callback_is_unsettled(redis_db):
+    made = {}
+    for label in ("old", "recent", "old but its callback waits"):
+        with batch(**both(), name=label) as made[label]:
+            jobs.record.enqueue(label)
+    with batch(**both(), name="open") as made["open"]:
+        jobs.record.enqueue_in(3600, "later")
+    drain()
+    long_ago = timezone.now() - dt.timedelta(days=31)
+    Batch.objects.filter(name__startswith="old").update(finished_at=long_ago)
+    Batch.objects.filter(name="open").update(created_at=long_ago)
+    waiting = made["old but its callback waits"]
+    BatchCallback.objects.filter(batch=waiting, kind="complete").update(state=BatchCallback.State.ENQUEUED)
+    Maintenance(Store.of(get_connection("default")), ["default"], 0.1).prune()
+    kept = sorted(Batch.objects.values_list("name", flat=True))
+    assert kept == ["old but its callback waits", "open", "recent"]
+    gone = made["old"].pk
+    assert not BatchMember.objects.filter(batch_id=gone) and not BatchCallback.objects.filter(batch_id=gone)
+    assert BatchMember.objects.filter(batch=waiting).count() == 1
+    assert states(waiting)["complete"] == "enqueued"
+
+
+def test_the_retention_of_batches_is_a_setting(redis_db, settings):
+    settings.JOBS = {**settings.JOBS, "BATCH_RETENTION": 60}
+    with batch(**both(), name="a minute ago"):
+        jobs.record.enqueue("x")
+    drain()
+    Batch.objects.update(finished_at=timezone.now() - dt.timedelta(seconds=90))
+    assert batches.prune() == 1 and not Batch.objects.exists() and not BatchMember.objects.exists()
