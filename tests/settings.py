@@ -50,6 +50,9 @@ TEMPLATES = [
 # Subprocesses (runjobs) are pointed at the test database the parent created.
 _db_kind = os.environ.get("JOBS_TEST_DB", "sqlite")
 _test_name = os.environ.get("JOBS_TEST_DB_NAME")
+# JOBS_TEST_NAME names this run's test databases, so that runs at once (the test matrix's, or two
+# checkouts') share none.
+_run = "_" + os.environ["JOBS_TEST_NAME"] if os.environ.get("JOBS_TEST_NAME") else ""
 _default: dict[str, Any]
 if _db_kind == "postgres":
     _default = {
@@ -58,16 +61,15 @@ if _db_kind == "postgres":
         "USER": os.environ.get("PGUSER", "postgres"),
         "HOST": os.environ.get("PGHOST", "127.0.0.1"),
         "PORT": os.environ.get("PGPORT", "5432"),
-        # JOBS_TEST_PG_NAME lets two checkouts run the suite at once without sharing a database.
-        "TEST": {"NAME": os.environ.get("JOBS_TEST_PG_NAME", "test_django_jobs")},
+        "TEST": {"NAME": f"test_django_jobs{_run}"},
     }
     _other = {
         **_default,
-        "TEST": {"NAME": os.environ.get("JOBS_TEST_PG_NAME", "test_django_jobs") + "_other"},
+        "TEST": {"NAME": f"test_django_jobs{_run}_other"},
         "NAME": (_test_name or "django_jobs") + "_other",
     }
 else:
-    _file = str(BASE.parent / "var" / "test-db.sqlite3")
+    _file = str(BASE.parent / "var" / f"test-db{_run}.sqlite3")
     _default = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": _test_name or _file,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import runpy
 from typing import Any
+
+import pytest
 
 from tests.conftest import ROOT
 
@@ -40,9 +43,16 @@ def runs(db: str, selected: list[str], module: str) -> bool:
     return any(module == p or module.startswith(p + "/") for p in paths) and module not in ignored
 
 
-def test_every_django_runs_the_in_process_tests_on_both_databases_and_every_test_runs_somewhere():
-    for _db, selected in selections():
-        assert selected[:2] == ["tests/unit", "tests/integration"]
+def test_every_django_runs_the_unit_tests_once_and_the_in_process_tests_on_postgresql():
+    for _python, django, databases in matrix():
+        with_unit = [db for db, selected in databases.items() if "tests/unit" in selected]
+        assert len(with_unit) == 1, django
+        assert "tests/integration" in databases["postgres"], django
+    newest = matrix()[-1][2]
+    assert "tests/integration" in newest["sqlite"]  # and on SQLite with the newest Django
+
+
+def test_every_test_runs_somewhere():
     modules = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("test_*.py"))
     assert len(modules) > 50
     unrun = [m for m in modules if not any(runs(db, selected, m) for db, selected in selections())]
@@ -61,3 +71,24 @@ def test_the_tasks_backport_is_installed_beside_django_5_2_only():
     djangos = [django for _python, django, _databases in matrix()]
     assert set(beside) == {django for django in djangos if django.startswith("django>=5.2")}
     assert beside["django>=5.2,<5.3"] == ["django-tasks>=0.12,<0.13"]
+
+
+def test_the_runs_at_once_share_no_redis_database_and_no_test_database():
+    """A session runs its databases in parallel: no two runs of the matrix share a Redis database or a
+    test database (nor do they with the demo, which .ci/run checks next)."""
+    runs = [(django, db) for _python, django, databases in matrix() for db in databases]
+    redis_dbs = constant("REDIS_DBS")
+    assert len(redis_dbs) >= len(runs) and len(set(redis_dbs)) == len(redis_dbs)
+    assert 12 not in redis_dbs  # the demo's, which .ci/run checks right after
+    assert '"JOBS_TEST_NAME": _name(django, db)' in (ROOT / "noxfile.py").read_text()
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgres"])
+def test_each_run_name_has_test_databases_of_its_own(db, monkeypatch):
+    monkeypatch.setenv("JOBS_TEST_DB", db)
+    names = []
+    for run in ("django52_" + db, "django60_" + db):
+        monkeypatch.setenv("JOBS_TEST_NAME", run)
+        databases = runpy.run_path(str(ROOT / "tests" / "settings.py"))["DATABASES"]
+        names += [databases[alias]["TEST"]["NAME"] for alias in ("default", "other")]
+    assert len(set(names)) == 4
