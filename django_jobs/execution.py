@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import json
 import logging
@@ -219,10 +218,11 @@ def _ended(
     bury: bool = False,
     retry_in: float | None = None,
     fenced: bool = False,
+    result: str | None = None,
 ) -> AttemptEnded:
     return AttemptEnded(
         name, claimed.id, claimed.queue, claimed.attempt, outcome, duration, exc, claimed, store,
-        judgement, tuple(history or ()), bury, retry_in, fenced=fenced,
+        judgement, tuple(history or ()), bury, retry_in, result=result, fenced=fenced,
     )  # fmt: skip
 
 
@@ -350,9 +350,7 @@ def _run(
     interrupted = isinstance(error, JobTimeout)
     isolated("Closing the job's database connections", lambda: db_hygiene(interrupted))
     if error is None:
-        ended = dataclasses.replace(
-            _ended(store, claimed, name, Outcome.SUCCESS, duration, None), result=result
-        )
+        ended = _ended(store, claimed, name, Outcome.SUCCESS, duration, None, result=result)
     elif isinstance(error, Snooze):
         ended = settle_snooze(store, claimed, error, definition, duration)
     else:

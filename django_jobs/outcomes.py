@@ -86,15 +86,15 @@ Subscriber = Callable[[AttemptEnded], object]
 _subscribers: list[tuple[str, Subscriber]] = []
 
 
-def isolated(what: str, action: Callable[[], object]) -> None:
+def isolated(what: str, action: Callable[[], object], *args: object) -> None:
     """Run one bookkeeping step of an outcome already decided. Whatever it raises (signal receivers
     and hooks are user code) is logged, never raised: it must neither crash the worker nor change,
-    or repeat, the job's outcome."""
+    or repeat, the job's outcome. ``what`` is %-formatted with ``args``, only if it failed."""
     try:
         action()
     except BaseException:
         with contextlib.suppress(BaseException):
-            logger.warning("%s failed; the job's outcome stands.", what, exc_info=True)
+            logger.warning(f"{what} failed; the job's outcome stands.", *args, exc_info=True)
 
 
 def connect(subscribers: Sequence[tuple[str, Subscriber]]) -> None:
@@ -107,7 +107,7 @@ def publish(event: AttemptEnded) -> None:
     if event.fenced:
         return
     for what, subscriber in list(_subscribers):
-        isolated(f"{what} for job {event.name} {event.job_id}", functools.partial(subscriber, event))
+        isolated("%s for job %s %s", functools.partial(subscriber, event), what, event.name, event.job_id)
 
 
 def send(signal: Signal, name: str, claimed: Claimed, **kwargs: Any) -> None:

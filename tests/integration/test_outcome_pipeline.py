@@ -3,6 +3,7 @@ subscriber that raises neither changes the outcome nor stops the subscribers aft
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -36,10 +37,17 @@ def seen() -> Iterator[list[AttemptEnded]]:
         outcomes.connect(connected)
 
 
-def test_every_attempt_ends_in_one_event_and_the_pipeline_goes_past_a_broken_subscriber(seen):
+def test_every_attempt_ends_in_one_event_and_the_pipeline_goes_past_a_broken_subscriber(seen, caplog):
     ok = jobs.record.enqueue("piped")
     dead = jobs.permanent.enqueue("piped-dead")
-    assert run_jobs() == 2
+    with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
+        assert run_jobs() == 2
+    broken = [r for r in caplog.records if r.getMessage().startswith("Raising for job")]
+    assert [r.getMessage() for r in broken] == [
+        f"Raising for job tests.record {ok.id} failed; the job's outcome stands.",
+        f"Raising for job tests.permanent {dead.id} failed; the job's outcome stands.",
+    ]
+    assert all(r.exc_info and r.exc_info[0] is RuntimeError for r in broken)
     assert [(e.job_id, e.outcome) for e in seen] == [(ok.id, Outcome.SUCCESS), (dead.id, Outcome.DEAD)]
     success, failure = seen
     assert success.name == "tests.record" and success.queue == "default" and success.attempt == 1
