@@ -422,8 +422,8 @@ def prune(limit: int = 1000) -> int:
     )
     if not stale:
         return 0
-    deleted, _ = Batch.objects.filter(pk__in=stale).delete()  # members and callbacks by cascade
-    return len(stale) if deleted else 0
+    _, deleted = Batch.objects.filter(pk__in=stale).delete()  # members and callbacks by cascade
+    return deleted.get(Batch._meta.label, 0)
 
 
 # --- requeued members ----------------------------------------------------------------------------

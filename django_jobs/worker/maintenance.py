@@ -184,7 +184,8 @@ class Maintenance:
             Every(5.0, self.record_vanished),
             Every(5.0, self.release_parked),
             Every(min(interval, 1.0), self.sweep_batches),
-            Every(600.0, self.prune),
+            Every(600.0, self.prune_keys),
+            Every(600.0, self.prune_batches),
             Every(5.0, self.flush_alerts),
             Every(min(interval, 0.2), self.scheduler.tick),
         ]
@@ -453,10 +454,15 @@ class Maintenance:
         """Settle the batch members whose end no event reported: one page of the sweep per pass."""
         self.batches.step()
 
-    def prune(self) -> None:
-        """Delete idempotency keys and ended batches past their retention, a page of each."""
+    def prune_keys(self) -> None:
+        """Delete a page of idempotency keys past their retention."""
         if self.lead:  # the database is one for every server: once per runjobs is enough
             idempotency.prune()
+
+    def prune_batches(self) -> None:
+        """Delete a page of ended batches past their retention; a duty of its own, so a failing key
+        prune never holds it back."""
+        if self.lead:
             batches.prune()
 
     def flush_alerts(self) -> None:
