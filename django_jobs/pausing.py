@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import RedisError
 
@@ -187,38 +187,50 @@ def _audit(actor: Actor, kind: str, name: str, message: str) -> None:
     )
 
 
-class Held:
-    """What a work process leaves out of its claims: its paused queues, and the paused job types
-    (their names and aliases travel to the claim script with the limits, which parks their jobs).
+class Plan(NamedTuple):
+    """What a work process's claims ask of one server: its unpaused queues in order, the limits
+    argument of the claim script, and the queues whose high-priority set held jobs at the last look."""
 
-    It reads the paused hash at most once per :data:`REFRESH` seconds, so the claims themselves pay
-    nothing; a change is logged once per work process. While Redis does not answer, the last reading
-    stands (the claim fails anyway).
+    queues: list[str]
+    limits: str
+    prioritized: frozenset[str]
+
+
+class Held:
+    """What a work process leaves out of its claims: its paused queues, the paused job types (their
+    names and aliases travel to the claim script with the limits, which parks their jobs), and a look
+    at the high-priority sets of queues whose reading found them empty.
+
+    It reads the paused hash and whether each high-priority set has jobs at most once per
+    :data:`REFRESH` seconds, so the claims themselves pay nothing; a change of pauses is logged once
+    per work process. While Redis does not answer, the last reading stands (the claim fails anyway).
     """
 
     def __init__(self, store: Store, queues: Sequence[str]) -> None:
         self.store, self.queues = store, list(queues)
         self.pauses: list[Pause] = []
         self._next = 0.0
-        self._claim = (self.queues, registry.limits_json())
+        self._plan = Plan(self.queues, registry.limits_json(), frozenset(self.queues))
 
-    def claim(self) -> tuple[list[str], str]:
-        """The queues to claim from, in order, and the limits argument of the claim script."""
+    def claim(self) -> Plan:
+        """The queues to claim from, in order, the limits argument, and the prioritized queues."""
         now = time.monotonic()
         if now >= self._next:
             self._next = now + REFRESH
             with contextlib.suppress(RedisError):
-                self._apply(self.store.pauses())
-        return self._claim
+                self._apply(*self.store.claim_state(self.queues))
+        return self._plan
 
-    def _apply(self, pauses: list[Pause]) -> None:
-        if pauses == self.pauses:
-            return
-        _log_changes(self.pauses, pauses, self.queues)
-        self.pauses = pauses
-        queues = {p.name for p in pauses if p.kind == "queue"}
-        jobs = [p.name for p in pauses if p.kind == "job"]
-        self._claim = ([q for q in self.queues if q not in queues], registry.limits_json(jobs))
+    def _apply(self, pauses: list[Pause], prioritized: set[str]) -> None:
+        plan = self._plan
+        if pauses != self.pauses:
+            _log_changes(self.pauses, pauses, self.queues)
+            self.pauses = pauses
+            queues = {p.name for p in pauses if p.kind == "queue"}
+            jobs = [p.name for p in pauses if p.kind == "job"]
+            unpaused = [q for q in self.queues if q not in queues]
+            plan = plan._replace(queues=unpaused, limits=registry.limits_json(jobs))
+        self._plan = plan._replace(prioritized=frozenset(prioritized))
 
 
 def _log_changes(before: Iterable[Pause], after: Iterable[Pause], queues: Sequence[str]) -> None:

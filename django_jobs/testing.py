@@ -68,17 +68,17 @@ def _run_server(store: Store, names: list[str], limit: int) -> int:
     """:func:`run_jobs` on the queues of one Redis server."""
     store.maintain(names, registry.limits_json())
     ran = 0
-    active, limits = Held(store, names).claim()
+    plan = Held(store, names).claim()  # every high-priority set is asked: run_jobs' order is exact
     finished: Finished | None = None
     while ran < limit:
         claim = store.complete_and_claim(
-            active,
+            plan.queues,
             finished=finished,
             worker_name="django_jobs.testing",
             lease_seconds=jobs_settings.LEASE_SECONDS,
             nonce=f"t{ran}",
             finished_ttl=jobs_settings.FINISHED_TTL,
-            limits=limits,
+            limits=plan.limits,
         )
         execution.publish_expired(store, claim.expired)
         claimed = claim.claimed

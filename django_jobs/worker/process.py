@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from .. import execution, stats
 from ..conf import jobs_settings
 from ..outcomes import AttemptEnded
-from ..pausing import Held
+from ..pausing import Held, Plan
 from ..store import Claimed, Finished, Store, wake_key
 from .guard import ClaimBoard
 from .servers import IDLE_WAIT, Reach, Server, soonest_retry, wait_any
@@ -32,6 +32,8 @@ logger = logging.getLogger("django_jobs.worker")
 _PR_SET_PDEATHSIG = 1
 #: ``runjobs --burst`` stays for scheduled jobs (retries, delayed jobs) due within this many seconds.
 BURST_WAIT = 60.0
+#: A claim that only completes the last job: no queue asked.
+_COMPLETE_ONLY = Plan([], "{}", frozenset())
 
 
 def die_with_parent() -> None:
@@ -65,7 +67,7 @@ class Served:
 
     def unpaused(self) -> list[str]:
         """Its queues a claim asks, in order: the paused ones are left out."""
-        return self.held.claim()[0]
+        return self.held.claim().queues
 
 
 @dataclass
@@ -156,18 +158,19 @@ class WorkProcess:
         are only asked to complete theirs."""
         got: tuple[Served, Claimed] | None = None
         for one in served:
-            queues, limits = ([], "{}") if got is not None or stopping else one.held.claim()
-            if not (queues or one.finished) or not one.reach.up():
+            plan = _COMPLETE_ONLY if got is not None or stopping else one.held.claim()
+            if not (plan.queues or one.finished) or not one.reach.up():
                 continue
             try:
                 claim = one.store.complete_and_claim(
-                    queues,
+                    plan.queues,
                     finished=one.finished,
                     worker_name=self.name,
                     lease_seconds=jobs_settings.LEASE_SECONDS,
                     nonce=nonce,
                     finished_ttl=jobs_settings.FINISHED_TTL,
-                    limits=limits,
+                    limits=plan.limits,
+                    prioritized=plan.prioritized,
                 )
             except RedisError as exc:
                 one.reach.failed(exc)

@@ -257,7 +257,7 @@ def until_read(held: Held, queues: list[str]) -> str:
 def test_a_work_process_sees_pauses_and_resumes_at_its_next_reading(redis_db, caplog):
     caplog.set_level(logging.INFO, "django_jobs.worker")
     held = Held(Store.of(redis_db), ["default", "emails"])
-    assert held.claim() == (["default", "emails"], registry.limits_json())
+    assert held.claim()[:2] == (["default", "emails"], registry.limits_json())
     pause(queue="emails", reason="provider down")
     pause(job=jobs.record)
     limits = json.loads(until_read(held, ["default"]))

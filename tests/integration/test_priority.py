@@ -11,9 +11,10 @@ import redis
 from django.db import transaction
 from django.test import override_settings
 
-from django_jobs import deadletter, inspect, job
+from django_jobs import deadletter, inspect, job, payload
 from django_jobs.chains import chain
 from django_jobs.models import OutboxEntry
+from django_jobs.pausing import Held
 from django_jobs.store import LEASES, CancelResult, Settled, Store, keys, rq_timestamp
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
@@ -199,3 +200,35 @@ def test_queue_depth_and_oldest_age_count_the_prioritized_jobs(redis_db):
     run_jobs()
     (server,) = inspect.servers(["default"])
     assert (server.queues[0].depth, server.queues[0].oldest_age) == (0, None)
+
+
+def _claim_with(store: Store, nonce: str, prioritized: frozenset[str]) -> str:
+    _, claimed, _ = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60,
+        prioritized=prioritized,
+    )  # fmt: skip
+    assert claimed is not None
+    return payload.loads(claimed.record.data)[1][0]
+
+
+def test_a_claim_told_the_high_set_was_empty_asks_it_once_the_list_is_empty(redis_db):
+    """The documented window: a work process reads once a second which high sets hold jobs; until its
+    reading sees a new prioritized job, that job waits only behind the plain jobs claimed meanwhile."""
+    store = Store.of(redis_db)
+    enqueue(("plain0", 0), ("plain1", 0), ("high", 5), ("low", -5))
+    assert _claim_with(store, "1", frozenset()) == "plain0"  # the high set is not asked first
+    assert _claim_with(store, "2", frozenset({"default"})) == "high"  # once the reading saw it
+    enqueue(("high2", 9))
+    assert _claim_with(store, "3", frozenset()) == "plain1"
+    assert _claim_with(store, "4", frozenset()) == "high2"  # the list is empty: never left behind
+    assert _claim_with(store, "5", frozenset()) == "low"
+
+
+def test_a_work_process_reads_which_queues_hold_prioritized_jobs(redis_db, monkeypatch):
+    jobs.record.options(priority=-5).enqueue("low")  # a low set alone is asked after the list anyway
+    held = Held(Store.of(redis_db), ["default", "emails"])
+    assert held.claim().prioritized == frozenset()
+    jobs.record.options(priority=5).enqueue("high")
+    assert held.claim().prioritized == frozenset()  # read at most once a second
+    monkeypatch.setattr(held, "_next", 0.0)
+    assert held.claim().prioritized == frozenset({"default"})

@@ -14,7 +14,9 @@
 -- queue, in order), its canonical name]} (slots, rate windows and parked lists are keyed by the
 -- canonical name, so aliases share them), ARGV[10] seconds a job over its type's limit waits,
 -- ARGV[11] the job hash prefix, ARGV[12] seconds until maintenance looks at a line a job was parked in,
--- ARGV[12 + n] the name of queue n; then the finished job's scope as next_turn reads it (fair.lua) or
+-- ARGV[13] one character per queue, '1' where its high set may hold jobs ('0': the worker's last look,
+-- at most a second old, found it empty, so it is looked at only once the list is), ARGV[13 + n] the
+-- name of queue n; then the finished job's scope as next_turn reads it (fair.lua) or
 -- '', and last its return value as JSON, or '' (not kept).
 -- Exceptions to "every key in KEYS": the hash of a popped id (known only once popped), a rate counter
 -- (its name holds the window, from Redis time), and a scope's slots, line and rate counters and the
@@ -23,7 +25,8 @@
 -- The attempt counter goes up at claim time, so an attempt whose worker dies still counts.
 -- A job that never started (no attempt counted: a snooze gives its attempt back) and whose dj_expires
 -- (Unix time) has passed is not run: it ends canceled with dj_expired, and is reported to the caller.
--- Per queue the high set's head goes first, then the list's, then the low set's (see ready.lua).
+-- Per queue the high set's head goes first, then the list's, then the low set's (see ready.lua); a high
+-- set the worker found empty (ARGV[13]) is asked after the list, so a plain claim runs no extra command.
 -- Nothing after the pop may raise unless it first puts the id back (put_back): a script error would
 -- otherwise leave the popped id nowhere.
 -- The checks of a popped job, in order: expired (dropped), its type paused (parked in the paused list:
@@ -101,19 +104,23 @@ end
 -- Where the id in hand was popped from, and its score there (nil: the list), for put_back.
 local source, score
 
--- The next ready id of one queue: the high set's head, else the list's, else the low set's.
-local function take(list, high, low)
-  local top = redis.call('ZPOPMIN', high)
-  if top[1] then
-    source, score = high, top[2]
-    return top[1]
-  end
-  source, score = list, nil
-  local id = redis.call('LPOP', list)
+-- The head of one of a queue's sorted sets (popped), or nil.
+local function pop(set)
+  local top = redis.call('ZPOPMIN', set)
+  if top[1] then source, score = set, top[2] end
+  return top[1]
+end
+
+-- The next ready id of queue n: the high set's head, else the list's, else the low set's. A high set
+-- the worker last found empty is asked only once the list is empty.
+local function take(n, list, high, low)
+  local first = string.sub(ARGV[13], n, n) == '1'
+  local id = first and pop(high)
   if id then return id end
-  top = redis.call('ZPOPMIN', low)
-  if top[1] then source, score = low, top[2] end
-  return top[1] or false
+  source, score = list, nil
+  id = redis.call('LPOP', list)
+  if id then return id end
+  return (not first and pop(high)) or pop(low) or false
 end
 
 -- A write after the pop failed (a structure key of the wrong type): put the id back where it was,
@@ -151,7 +158,7 @@ end
 -- status (queued) and order (and a job of a scope its turn), and a resume puts it back at the head of
 -- its queue.
 local function park(id, key, limit, n)
-  must(id, 'SADD', parked_lists, cjson.encode({ARGV[12 + n], limit[10]}))
+  must(id, 'SADD', parked_lists, cjson.encode({ARGV[13 + n], limit[10]}))
   must(id, 'RPUSH', KEYS[limit[9] + n - 1], id)
   redis.call('HSET', key, 'dj_parked', limit[10])
 end
@@ -173,7 +180,7 @@ end
 
 for n = 1, tonumber(ARGV[2]) do
   local list, sched, wip, high, low, index = unpack(KEYS, 6 * n + 1, 6 * n + 6)
-  local id = take(list, high, low)
+  local id = take(n, list, high, low)
   while id do
     local key = ARGV[11] .. id
     local fields = {}
@@ -239,9 +246,9 @@ for n = 1, tonumber(ARGV[2]) do
       end
     else
       -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
-      redis.pcall('ZADD', vanished, now, ARGV[12 + n] .. '\n' .. id)
+      redis.pcall('ZADD', vanished, now, ARGV[13 + n] .. '\n' .. id)
     end
-    id = take(list, high, low)
+    id = take(n, list, high, low)
   end
 end
 return {finished, expired}
