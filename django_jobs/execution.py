@@ -226,23 +226,35 @@ def _ended(
     )  # fmt: skip
 
 
+#: The running attempt's soft timeout, for :func:`expire`'s message.
+_alarm = [0.0]
+
+
+def expire(signum: int, frame: Any) -> None:
+    """The SIGALRM handler of :func:`soft_timeout`: raise JobTimeout inside the job's code."""
+    raise JobTimeout(f"Job ran longer than its timeout of {_alarm[0]:g} s.")
+
+
 @contextlib.contextmanager
 def soft_timeout(seconds: float) -> Iterator[None]:
-    """Raise JobTimeout inside the job after ``seconds``; the supervisor's hard kill backs it up."""
+    """Raise JobTimeout inside the job after ``seconds``; the supervisor's hard kill backs it up.
+
+    A work process keeps :func:`expire` installed (``signal.signal`` costs more than the rest of
+    this), so only a handler found in its place is swapped for the attempt and put back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def expire(signum: int, frame: Any) -> None:
-        raise JobTimeout(f"Job ran longer than its timeout of {seconds:g} s.")
-
-    previous = signal.signal(signal.SIGALRM, expire)
+    _alarm[0] = seconds
+    previous = signal.getsignal(signal.SIGALRM)
+    if previous is not expire:
+        signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        if previous is not expire:
+            signal.signal(signal.SIGALRM, previous)
 
 
 def _needs_closing(conn: BaseDatabaseWrapper) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 from prometheus_client.mmap_dict import MmapedDict, mmap_key
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
@@ -111,21 +112,33 @@ _directory: str | None = None
 _files_lock = threading.Lock()
 
 
+#: The labelled values a work process updates on every job, by (metric, labels): ``labels()`` takes a
+#: lock and checks its arguments on every call, which costs more than the update.
+_children: dict[tuple[MetricWrapperBase, tuple[str, ...]], Any] = {}
+
+
+def _child(metric: MetricWrapperBase, *labels: str) -> Any:
+    child = _children.get((metric, labels))
+    if child is None:
+        child = _children[(metric, labels)] = metric.labels(*labels)
+    return child
+
+
 def started(job: str, queue: str, wait: float | None) -> None:
     if wait is not None:
-        QUEUE_WAIT.labels(job, queue).observe(wait)
-    BUSY.labels(queue).inc()
+        _child(QUEUE_WAIT, job, queue).observe(wait)
+    _child(BUSY, queue).inc()
 
 
 def finished(job: str, queue: str, outcome: str, duration: float) -> None:
-    BUSY.labels(queue).dec()
-    JOBS_TOTAL.labels(job, queue, outcome).inc()
-    DURATION.labels(job, queue).observe(duration)
+    _child(BUSY, queue).dec()
+    _child(JOBS_TOTAL, job, queue, outcome).inc()
+    _child(DURATION, job, queue).observe(duration)
 
 
 def settled(job: str, queue: str, outcome: str) -> None:
     """An outcome decided outside the work process (hard timeout, lost worker, a cancel's kill)."""
-    JOBS_TOTAL.labels(job, queue, outcome).inc()
+    _child(JOBS_TOTAL, job, queue, outcome).inc()
 
 
 def fenced(queue: str, reason: str) -> None:
@@ -189,6 +202,7 @@ def use_multiprocess(directory: str) -> None:
     global _directory
     for metric in _ALL:
         metric.clear()
+    _children.clear()
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = _directory = directory
     values.ValueClass = values.MultiProcessValue()  # a fresh one: its files go to ``directory``
 

@@ -47,9 +47,24 @@ _flushed_at = 0.0
 FLUSH_EVERY = 1.0
 
 
+#: The current minute: (its start as a POSIX time, its start), worked out once a minute, not per job.
+_minute = (0.0, dt.datetime.fromtimestamp(0, dt.UTC))
+
+
+def _this_minute() -> dt.datetime:
+    global _minute
+    stamp = time.time()
+    start, minute = _minute
+    if not start <= stamp < start + 60:
+        start = stamp - stamp % 60
+        minute = dt.datetime.fromtimestamp(start, dt.UTC)
+        _minute = (start, minute)
+    return minute
+
+
 def record(job: str, outcome: str, queue: str, now: dt.datetime | None = None) -> None:
     """Count one attempt's outcome (``outcomes.Outcome`` values), to be written by :func:`flush`."""
-    minute = (now or dt.datetime.now(dt.UTC)).replace(second=0, microsecond=0)
+    minute = _this_minute() if now is None else now.replace(second=0, microsecond=0)
     _pending[(queue, minute, f"{job}|{outcome}")] += 1
 
 

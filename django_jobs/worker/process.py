@@ -105,8 +105,16 @@ class WorkProcess:
             self.board.post(claimed_ns)
 
     def install_signals(self) -> None:
-        signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the supervisor, which decides
+        """SIGTERM stops the loop, Ctrl-C is the supervisor's to decide, SIGALRM is the soft timeout's;
+        each is set only if it is not already (after a job, to undo whatever the job installed)."""
+        wanted = (
+            (signal.SIGTERM, self._on_term),
+            (signal.SIGINT, signal.SIG_IGN),
+            (signal.SIGALRM, execution.expire),
+        )
+        for signum, handler in wanted:
+            if signal.getsignal(signum) is not handler:
+                signal.signal(signum, handler)
 
     def run(self) -> int:
         served = [Served.of(server) for server in self.servers]

@@ -39,6 +39,9 @@ RESPAWN_WINDOW = 10.0
 #: ... waiting this long before the first respawn too many, doubling up to RESPAWN_MAX_DELAY.
 RESPAWN_DELAY = 0.05
 RESPAWN_MAX_DELAY = 0.5
+#: Seconds between maintenance passes at the least: reports wake the loop hundreds of times a second
+#: while jobs run, and no duty is due more often than this (``Every`` paces each duty on its own).
+MAINTAIN_EVERY = 0.05
 
 
 @dataclass
@@ -67,20 +70,24 @@ class Slot:
         self.buffer += data
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
-            kind, *rest = line.decode().split()
-            if kind == "S":
-                self.token, self.queue = rest[0], rest[1]
-                self.deadline, self.claimed = float(rest[2]), int(rest[3])
-                self.returned, self.ended, self.cancel_since = False, False, None
-                self.started.append((split_token(self.token), self.queue))
-            elif kind == "R":
+            if line == b"R":
                 self.returned = self.ended = True
-            elif kind == "E":
-                self.ended = True
-            elif kind == "C":
+            elif line == b"C":
                 self.deadline = None
-            elif kind == "D":
+            elif line == b"E":
+                self.ended = True
+            elif line == b"D":
                 self.token = self.queue = self.deadline = self.cancel_since = None
+            elif line[:2] == b"S ":
+                _, token, queue, deadline, claimed = line.decode().split()
+                self.token, self.queue, self.deadline, self.claimed = (
+                    token,
+                    queue,
+                    float(deadline),
+                    int(claimed),
+                )
+                self.returned, self.ended, self.cancel_since = False, False, None
+                self.started.append((split_token(token), queue))
 
 
 @dataclass
@@ -125,6 +132,7 @@ class Supervisor:
         self.fatal: str | None = None
         self.hostname = socket.gethostname()
         self._next_heartbeat = 0.0
+        self._maintain_at = 0.0
         self.guard = LeaseGuard(jobs_settings.LEASE_SECONDS)
         self.shards = [self._shard(server, lead=n == 0) for n, server in enumerate(self.servers)]
         self.shard_of = {queue: shard for shard in self.shards for queue in shard.queues}
@@ -505,7 +513,8 @@ class Supervisor:
                 self._respawn_due(now)
             self._enforce(now)
             self._heartbeat(now)
-            if not self.stopping:
+            if not self.stopping and now >= self._maintain_at:
+                self._maintain_at = now + MAINTAIN_EVERY
                 self._maintain()
 
     def run(self) -> int:

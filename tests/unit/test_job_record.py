@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+import rq.utils
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -63,6 +64,22 @@ def test_a_readable_hash_reads_as_rq_wrote_it():
 )
 def test_garbage_in_a_field_reads_as_its_default(field: str, value: bytes, attribute: str, expected: object):
     assert getattr(JobRecord("x", {field: value}), attribute) == expected
+
+
+@pytest.mark.parametrize(
+    ("when", "expected"),
+    [
+        (dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC), "2026-01-02T03:04:05.678000Z"),
+        (
+            dt.datetime(2026, 1, 1, 1, 0, 0, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+            "2025-12-31T23:00:00.000000Z",
+        ),
+        (dt.datetime(2026, 1, 1, 0, 0, 0, 7, tzinfo=dt.UTC), "2026-01-01T00:00:00.000007Z"),
+    ],
+)
+def test_timestamps_are_written_in_rqs_format_in_utc(when: dt.datetime, expected: str):
+    assert rq_timestamp(when) == expected == when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert rq.utils.utcparse(expected) == when  # RQ reads it back
 
 
 @pytest.mark.parametrize("stamp", [b"", b"yesterday", b"2026-13-01T00:00:00.000000Z", b"\xff"])

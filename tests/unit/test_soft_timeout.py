@@ -1,0 +1,55 @@
+"""The soft timeout's SIGALRM handler: a work process keeps it installed between jobs (and puts back
+what a job replaced), in-process callers get theirs back after each attempt."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from django_jobs.exceptions import JobTimeout
+from django_jobs.execution import expire, soft_timeout
+from django_jobs.worker.process import WorkProcess
+
+
+@pytest.fixture(autouse=True)
+def _restore_handlers() -> Iterator[None]:
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def _overrun(seconds: float) -> None:
+    with soft_timeout(seconds):
+        time.sleep(seconds * 20)
+
+
+def test_an_attempt_in_process_puts_back_the_handler_it_found():
+    def mine(signum: int, frame: object) -> None:
+        raise AssertionError("not ours to call")
+
+    signal.signal(signal.SIGALRM, mine)
+    with pytest.raises(JobTimeout, match=r"timeout of 0\.05 s"):
+        _overrun(0.05)
+    assert signal.getsignal(signal.SIGALRM) is mine
+
+
+def test_a_work_process_keeps_its_handlers_and_takes_back_those_a_job_replaced():
+    work = WorkProcess([], "w", report_fd=-1)
+    work.install_signals()
+    with pytest.raises(JobTimeout, match=r"timeout of 0\.05 s"):
+        _overrun(0.05)
+    assert signal.getsignal(signal.SIGALRM) is expire  # left installed for the next attempt
+
+    for signum in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT):  # what a job may do
+        signal.signal(signum, signal.SIG_DFL)
+    work.install_signals()
+    with pytest.raises(JobTimeout, match=r"timeout of 0\.1 s"):
+        _overrun(0.1)
+    os.kill(os.getpid(), signal.SIGTERM)  # asks the loop to stop, and nothing more
+    assert work.stopping
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
