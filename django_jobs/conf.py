@@ -238,6 +238,11 @@ for _name in _FIELDS:  # one generated property per field: no fallback lookup in
 jobs_settings = cast(JobsSettings, _Live())
 
 
+def current() -> JobsSettings:
+    """The settings object of the current ``settings.JOBS``, for a loop that reads it many times."""
+    return cast(_Live, jobs_settings).current()
+
+
 class Problem(NamedTuple):
     """One thing wrong with ``settings.JOBS``, under the system check id that reports it."""
 

@@ -27,7 +27,7 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from .. import metrics, results
+from .. import conf, metrics, results
 from ..conf import LEDGER, jobs_settings
 from ..durability import ledger_queues, outbox_aliases
 from ..models import DeadLetter, OutboxEntry
@@ -70,12 +70,14 @@ class Ledger:
         self.reachable = True
         self.sweep_at = 0.0  # monotonic; 0: as soon as possible
 
-    def saw(self, job_id: str, queue: str) -> None:
-        """An attempt of ``job_id`` started here: settle its row once the job has finished."""
-        if jobs_settings.durability(queue) == LEDGER:
-            if len(self.watched) >= WATCH_LIMIT:
-                self.watched.pop(next(iter(self.watched)))
-            self.watched[job_id] = queue
+    def saw(self, started: Iterable[tuple[str, str]]) -> None:
+        """Attempts of these (job id, queue) started here: settle their rows once the jobs have finished."""
+        current = conf.current()  # read once per batch: the supervisor hands them over per pass
+        for job_id, queue in started:
+            if current.durability(queue) == LEDGER:
+                if len(self.watched) >= WATCH_LIMIT:
+                    self.watched.pop(next(iter(self.watched)))
+                self.watched[job_id] = queue
 
     def lost_contact(self) -> None:
         """Redis did not answer: once it does again, sweep (rows committed meanwhile were not pushed)."""

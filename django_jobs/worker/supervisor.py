@@ -388,10 +388,13 @@ class Supervisor:
 
     def _note_started(self) -> None:
         """Hand the attempts that started to the ledger, which settles their rows once they finish."""
+        started = [pair for slot in self.slots.values() for pair in slot.started]
+        if not started:
+            return
         for slot in self.slots.values():
-            for job_id, queue in slot.started:
-                self.shard_of[queue].maintenance.ledger.saw(job_id, queue)
             slot.started.clear()
+        for shard in self.shards:
+            shard.maintenance.ledger.saw(pair for pair in started if pair[1] in shard.queues)
 
     def _note_cancels(self, requested: set[str], now: float) -> None:
         """Start the grace of each running attempt a heartbeat found asked to stop."""

@@ -45,11 +45,11 @@ def test_a_ledger_row_is_written_outside_a_transaction_and_settled_once_its_job_
     handle = jobs.record.enqueue("a")
     assert list(OutboxEntry.objects.values_list("id", flat=True)) == [handle.id]
     work = maintenance(redis_db)
-    work.ledger.saw(handle.id, "default")
+    work.ledger.saw([(handle.id, "default")])
     work.ledger.settle()
     assert OutboxEntry.objects.filter(pk=handle.id).exists()  # queued: not finished yet
     assert run_jobs() == 1
-    work.ledger.saw(handle.id, "default")
+    work.ledger.saw([(handle.id, "default")])
     work.ledger.settle()
     assert not OutboxEntry.objects.exists()
 
