@@ -6,6 +6,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -226,26 +227,35 @@ def _ended(
     )  # fmt: skip
 
 
-#: The running attempt's soft timeout, for :func:`expire`'s message.
-_alarm = [0.0]
+class _Alarm:
+    """The soft timeout's state: the running attempt's seconds (for :func:`expire`'s message), and the
+    pid of the process that keeps :func:`expire` installed between attempts (a work process), if any."""
+
+    seconds = 0.0
+    keeper = 0
 
 
 def expire(signum: int, frame: Any) -> None:
     """The SIGALRM handler of :func:`soft_timeout`: raise JobTimeout inside the job's code."""
-    raise JobTimeout(f"Job ran longer than its timeout of {_alarm[0]:g} s.")
+    raise JobTimeout(f"Job ran longer than its timeout of {_Alarm.seconds:g} s.")
+
+
+def keep_alarm() -> None:
+    """Say this process keeps :func:`expire` installed, setting it again after any job that replaced
+    it (``WorkProcess.install_signals``): :func:`soft_timeout` then swaps no handler, as
+    ``signal.signal`` and ``getsignal`` cost more than the rest of it. A process it forks does not."""
+    _Alarm.keeper = os.getpid()
 
 
 @contextlib.contextmanager
 def soft_timeout(seconds: float) -> Iterator[None]:
     """Raise JobTimeout inside the job after ``seconds``; the supervisor's hard kill backs it up.
-
-    A work process keeps :func:`expire` installed (``signal.signal`` costs more than the rest of
-    this), so only a handler found in its place is swapped for the attempt and put back."""
+    Outside a work process (see :func:`keep_alarm`), the handler found is put back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _alarm[0] = seconds
-    previous = signal.getsignal(signal.SIGALRM)
+    _Alarm.seconds = seconds
+    previous = expire if _Alarm.keeper == os.getpid() else signal.getsignal(signal.SIGALRM)
     if previous is not expire:
         signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)

@@ -117,6 +117,7 @@ class WorkProcess:
                 signal.signal(signum, handler)
 
     def run(self) -> int:
+        execution.keep_alarm()  # install_signals runs before the first job and after each one
         served = [Served.of(server) for server in self.servers]
         by_queue = {queue: one for one in served for queue in one.queues}
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from django_jobs import execution
 from django_jobs.exceptions import JobTimeout
 from django_jobs.execution import expire, soft_timeout
 from django_jobs.worker.process import WorkProcess
@@ -53,3 +54,19 @@ def test_a_work_process_keeps_its_handlers_and_takes_back_those_a_job_replaced()
     os.kill(os.getpid(), signal.SIGTERM)  # asks the loop to stop, and nothing more
     assert work.stopping
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+
+
+def test_a_process_that_keeps_the_handler_swaps_none_and_its_timeouts_still_fire(monkeypatch):
+    monkeypatch.setattr(execution._Alarm, "keeper", 0)
+    WorkProcess([], "w", report_fd=-1).install_signals()
+    execution.keep_alarm()
+
+    def unexpected(*args: object) -> None:
+        raise AssertionError("a kept handler is neither read nor set")
+
+    monkeypatch.setattr(signal, "getsignal", unexpected)
+    monkeypatch.setattr(signal, "signal", unexpected)
+    with pytest.raises(JobTimeout, match=r"timeout of 0\.05 s"):
+        _overrun(0.05)
+    monkeypatch.undo()
+    assert signal.getsignal(signal.SIGALRM) is expire

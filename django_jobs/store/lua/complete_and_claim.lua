@@ -68,23 +68,24 @@ if ARGV[1] ~= '' then
     end
   end
 end
-local limits = cjson.decode(ARGV[9])
+local limited = ARGV[9] ~= '{}'  -- the plain path: no limits and no paused type, nothing to decode
+local limits = limited and cjson.decode(ARGV[9]) or {}
 local backoff = tonumber(ARGV[10])
 local deferred, parked = 0, 0
 local expired = false  -- a table once a job expired: the plain path builds none
 
 -- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
 local function limit_of(name)
+  if not limited then return nil end
   return limits[name] or limits[string.match(name, '^[^(]*')]
 end
 
--- Seconds a job over its limit waits (for its type's concurrency: the backoff; for a scope's, until
--- maintenance looks at its line; for a rate: until the next window), or nil: it may start now, and
--- the start is counted in its rate window. No attempt is spent either way. A job of a scope: a new one
--- waits behind the scope's parked jobs; a woken one (it has its turn) gives up the slot it held first;
+-- Seconds a job over its limit (called only for a job that has one) waits (for its type's concurrency:
+-- the backoff; for a scope's, until maintenance looks at its line; for a rate: until the next window),
+-- or nil: it may start now, and the start is counted in its rate window. No attempt is spent either
+-- way. A job of a scope: a new one waits behind the scope's parked jobs; a woken one (it has its turn) gives up the slot it held first;
 -- an attempt whose lease expired holds its slot until it is settled (a type's: only while its lease lives).
 local function blocked(limit, scope, id, turn, index)
-  if not limit then return nil end
   local slots, recheck = scope and limit[6] .. scope or KEYS[limit[4]], tonumber(ARGV[12])
   if scope and turn then redis.call('ZREM', slots, id)
   elseif scope and redis.call('EXISTS', index .. '\n' .. scope) == 1 then return recheck end
@@ -213,7 +214,8 @@ for n = 1, tonumber(ARGV[2]) do
       else
         local scope, turn = scope_of(limit, fields)
         if limit and limit[7] and not scope then limit = nil end  -- queued before its type had a key
-        local checked, wait = pcall(blocked, limit, scope, id, turn, index)
+        local checked, wait = true, nil
+        if limit then checked, wait = pcall(blocked, limit, scope, id, turn, index) end
         if not checked then put_back(id, wait) end  -- a slot, rate or line key of the wrong type
         if wait and scope then
           local lined, err = pcall(fair().park, index, scope, id, key, turn, now + wait)
