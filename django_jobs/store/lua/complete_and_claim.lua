@@ -83,8 +83,9 @@ end
 -- Seconds a job over its limit (called only for a job that has one) waits (for its type's concurrency:
 -- the backoff; for a scope's, until maintenance looks at its line; for a rate: until the next window),
 -- or nil: it may start now, and the start is counted in its rate window. No attempt is spent either
--- way. A job of a scope: a new one waits behind the scope's parked jobs; a woken one (it has its turn) gives up the slot it held first;
--- an attempt whose lease expired holds its slot until it is settled (a type's: only while its lease lives).
+-- way. A job of a scope: a new one waits behind the scope's parked jobs; a woken one (it has its turn)
+-- gives up the slot it held first; an attempt whose lease expired holds its slot until it is settled
+-- (a type's: only while its lease lives).
 local function blocked(limit, scope, id, turn, index)
   local slots, recheck = scope and limit[6] .. scope or KEYS[limit[4]], tonumber(ARGV[12])
   if scope and turn then redis.call('ZREM', slots, id)
