@@ -25,7 +25,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .envelope import Envelope
-from .models import OutboxEntry
+from .models import OutboxEntry, PlainOutboxEntry
 
 MAX_HELD = 1000  # rows; more are written at once, so memory stays bounded in huge transactions
 
@@ -58,9 +58,35 @@ def envelope(entry: OutboxEntry) -> Envelope:
     )  # fmt: skip
 
 
+def _plain(envelope: Envelope) -> bool:
+    """Whether the row of ``envelope`` holds the default in each column :class:`PlainOutboxEntry` omits."""
+    return not (
+        envelope.priority or envelope.trace or envelope.expires or envelope.batch or envelope.limit_key
+    )
+
+
 def store(alias: str, envelopes: Sequence[Envelope]) -> None:
-    """Write rows for ``envelopes`` now, for the relay in ``runjobs`` to deliver."""
-    OutboxEntry.objects.using(alias).bulk_create([row(e) for e in envelopes])
+    """Write rows for ``envelopes`` now, in bulk (for the relay in ``runjobs`` to deliver if their push
+    does not happen): those with only the common columns through :class:`PlainOutboxEntry` (the
+    database fills in the rest), the others whole."""
+    plain = [e for e in envelopes if _plain(e)]
+    if plain:
+        PlainOutboxEntry.objects.using(alias).bulk_create([_plain_row(e) for e in plain])
+    if len(plain) < len(envelopes):
+        OutboxEntry.objects.using(alias).bulk_create([row(e) for e in envelopes if not _plain(e)])
+
+
+def _plain_row(envelope: Envelope) -> PlainOutboxEntry:
+    return PlainOutboxEntry(
+        id=envelope.id,
+        job_name=envelope.name,
+        queue=envelope.queue,
+        data=envelope.data,
+        timeout=envelope.timeout,
+        due=envelope.due,
+        created_at=envelope.created_at,
+        options=envelope.options(),
+    )
 
 
 class _Transaction:
@@ -82,9 +108,9 @@ class _Transaction:
             self.write()
 
     def write(self) -> None:
-        rows, self.held = [row(e) for e in self.held], []
-        if rows:
-            OutboxEntry.objects.using(self.alias).bulk_create(rows)
+        held, self.held = self.held, []
+        if held:
+            store(self.alias, held)
 
     def committed(self) -> dict[str, Envelope]:
         """The pending envelopes whose rows are in the table; the state starts afresh."""

@@ -49,6 +49,10 @@ def deliver_through(delivery: Delivery) -> None:
     _delivery[:] = [delivery]
 
 
+#: The options of a plain enqueue, built once.
+_PLAIN = Options()
+
+
 def _deliver(
     definition: Job[Any, Any], calls: Sequence[Call], using: str | None, options: Options
 ) -> list[JobHandle]:
@@ -112,7 +116,7 @@ class Job(Generic[P, R]):
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Queue one run; inside a transaction it reaches Redis only if the transaction commits."""
-        return self.options().enqueue(*args, **kwargs)
+        return _deliver(self, [(args, kwargs)], None, _PLAIN)[0]
 
     def enqueue_in(self, delay: float | dt.timedelta, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Queue one run to start after ``delay`` (seconds or a timedelta)."""
@@ -130,7 +134,7 @@ class Job(Generic[P, R]):
     ) -> list[JobHandle]:
         """Queue many runs in one Redis round trip. Each call is a tuple of args or a dict of kwargs."""
         pairs = [((), dict(c)) if isinstance(c, Mapping) else (tuple(c), {}) for c in calls]
-        return _deliver(self, pairs, using, Options())
+        return _deliver(self, pairs, using, _PLAIN)
 
     def using(self, database: str) -> BoundJob[P, R]:
         """Wait for the commit of ``database`` rather than guessing which transaction matters."""

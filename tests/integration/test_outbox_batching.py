@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 import weakref
 
 import pytest
@@ -17,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_jobs import outbox
 from django_jobs.enqueue import build, deliver
-from django_jobs.models import OutboxEntry
+from django_jobs.models import OutboxEntry, PlainOutboxEntry
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
@@ -45,8 +46,9 @@ class TestInARealTransaction:
             handles = [jobs.record.enqueue(f"k{i}") for i in range(n)]
             assert queued(redis_db) == []
         # MAX_HELD rows at a time, each split no further than the database's own bulk batch size (SQLite's
-        # limit on variables per statement), so a few INSERTs, never one per job
-        fields = [f for f in OutboxEntry._meta.concrete_fields if not f.generated]
+        # limit on variables per statement) for a plain job's columns, so a few INSERTs, never one per job
+        fields = [f for f in PlainOutboxEntry._meta.concrete_fields if not f.generated]
+        assert len(fields) < len(OutboxEntry._meta.concrete_fields)
         per_insert = connection.ops.bulk_batch_size(fields, [None] * outbox.MAX_HELD)
         assert len(outbox_queries(captured)) == sum(
             -(-rows // per_insert) for rows in (outbox.MAX_HELD, outbox.MAX_HELD, 500)
@@ -54,6 +56,21 @@ class TestInARealTransaction:
         assert queued(redis_db) == [h.id for h in handles]
         assert OutboxEntry.objects.count() == n  # durable: the relay would have them all
         assert_unhooked()
+
+    def test_plain_and_other_rows_of_one_transaction_keep_every_column(self, redis_db, monkeypatch):
+        monkeypatch.setattr(outbox, "MAX_HELD", 3)  # rows written mid-transaction too, both kinds at once
+        with transaction.atomic():
+            plain = [jobs.record.enqueue(f"plain{i}").id for i in range(3)]
+            urgent = jobs.record.options(priority=7).enqueue("urgent").id
+            expiring = jobs.record.options(expires=60).enqueue("expiring").id
+        rows = {row.id: row for row in OutboxEntry.objects.all()}
+        assert set(rows) == {*plain, urgent, expiring}
+        filled = [(r.priority, r.trace, r.expires, r.batch, r.limit_key) for r in (rows[i] for i in plain)]
+        assert filled == [(0, "", 0, "", "")] * 3  # by the database
+        assert (rows[urgent].priority, rows[expiring].priority) == (7, 0)
+        assert rows[expiring].expires > time.time() + 50
+        assert queued(redis_db) == [*plain, expiring] and redis_db.zcard("djjobs:prio:default:high") == 1
+        assert all(outbox.envelope(row).data for row in rows.values())  # each reads back as an envelope
 
     def test_the_row_is_written_at_commit_after_the_transactions_other_work(self, redis_db):
         with CaptureQueriesContext(connection) as captured, transaction.atomic():
