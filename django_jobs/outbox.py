@@ -30,17 +30,24 @@ from .models import OutboxEntry, PlainOutboxEntry
 MAX_HELD = 1000  # rows; more are written at once, so memory stays bounded in huge transactions
 
 
+def _columns(envelope: Envelope) -> dict[str, Any]:
+    """The values of the columns every outbox row has (:class:`OutboxFields`)."""
+    return {
+        "id": envelope.id,
+        "job_name": envelope.name,
+        "queue": envelope.queue,
+        "data": envelope.data,
+        "timeout": envelope.timeout,
+        "due": envelope.due,
+        "created_at": envelope.created_at,
+        "options": envelope.options(),
+    }
+
+
 def row(envelope: Envelope) -> OutboxEntry:
     """The outbox row that delivers ``envelope`` if its push does not happen."""
     return OutboxEntry(
-        id=envelope.id,
-        job_name=envelope.name,
-        queue=envelope.queue,
-        data=envelope.data,
-        timeout=envelope.timeout,
-        due=envelope.due,
-        created_at=envelope.created_at,
-        options=envelope.options(),
+        **_columns(envelope),
         priority=envelope.priority,
         trace=envelope.trace,
         expires=envelope.expires,
@@ -71,22 +78,9 @@ def store(alias: str, envelopes: Sequence[Envelope]) -> None:
     database fills in the rest), the others whole."""
     plain = [e for e in envelopes if _plain(e)]
     if plain:
-        PlainOutboxEntry.objects.using(alias).bulk_create([_plain_row(e) for e in plain])
+        PlainOutboxEntry.objects.using(alias).bulk_create([PlainOutboxEntry(**_columns(e)) for e in plain])
     if len(plain) < len(envelopes):
         OutboxEntry.objects.using(alias).bulk_create([row(e) for e in envelopes if not _plain(e)])
-
-
-def _plain_row(envelope: Envelope) -> PlainOutboxEntry:
-    return PlainOutboxEntry(
-        id=envelope.id,
-        job_name=envelope.name,
-        queue=envelope.queue,
-        data=envelope.data,
-        timeout=envelope.timeout,
-        due=envelope.due,
-        created_at=envelope.created_at,
-        options=envelope.options(),
-    )
 
 
 class _Transaction:
