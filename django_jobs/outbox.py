@@ -30,6 +30,11 @@ from .models import OutboxEntry, PlainOutboxEntry
 MAX_HELD = 1000  # rows; more are written at once, so memory stays bounded in huge transactions
 
 
+#: The columns of :class:`OutboxEntry` that :class:`PlainOutboxEntry` leaves to their database
+#: defaults, each filled from the envelope's attribute of the same name.
+EXTRA = ("priority", "trace", "expires", "batch", "limit_key")
+
+
 def _columns(envelope: Envelope) -> dict[str, Any]:
     """The values of the columns every outbox row has (:class:`OutboxFields`)."""
     return {
@@ -46,14 +51,7 @@ def _columns(envelope: Envelope) -> dict[str, Any]:
 
 def row(envelope: Envelope) -> OutboxEntry:
     """The outbox row that delivers ``envelope`` if its push does not happen."""
-    return OutboxEntry(
-        **_columns(envelope),
-        priority=envelope.priority,
-        trace=envelope.trace,
-        expires=envelope.expires,
-        batch=envelope.batch,
-        limit_key=envelope.limit_key,
-    )
+    return OutboxEntry(**_columns(envelope), **{name: getattr(envelope, name) for name in EXTRA})
 
 
 def envelope(entry: OutboxEntry) -> Envelope:
@@ -66,10 +64,8 @@ def envelope(entry: OutboxEntry) -> Envelope:
 
 
 def _plain(envelope: Envelope) -> bool:
-    """Whether the row of ``envelope`` holds the default in each column :class:`PlainOutboxEntry` omits."""
-    return not (
-        envelope.priority or envelope.trace or envelope.expires or envelope.batch or envelope.limit_key
-    )
+    """Whether the row of ``envelope`` holds the default (empty, 0) in each of the :data:`EXTRA` columns."""
+    return not any(getattr(envelope, name) for name in EXTRA)
 
 
 def store(alias: str, envelopes: Sequence[Envelope]) -> None:

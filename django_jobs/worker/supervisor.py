@@ -39,8 +39,8 @@ RESPAWN_WINDOW = 10.0
 #: ... waiting this long before the first respawn too many, doubling up to RESPAWN_MAX_DELAY.
 RESPAWN_DELAY = 0.05
 RESPAWN_MAX_DELAY = 0.5
-#: Seconds between maintenance passes at the least: reports wake the loop hundreds of times a second
-#: while jobs run, and no duty is due more often than this (``Every`` paces each duty on its own).
+#: Seconds between maintenance passes at the least (or ``MAINTENANCE_INTERVAL`` if shorter): reports
+#: wake the loop hundreds of times a second while jobs run, and ``Every`` paces each duty on its own.
 MAINTAIN_EVERY = 0.05
 #: Seconds the loop lets work processes' reports pile up once one arrives: each report only moves a
 #: deadline or a lease the supervisor keeps for seconds, and each wake-up costs CPU the jobs need.
@@ -520,7 +520,7 @@ class Supervisor:
             self._enforce(now)
             self._heartbeat(now)
             if not self.stopping and now >= self._maintain_at:
-                self._maintain_at = now + MAINTAIN_EVERY
+                self._maintain_at = now + min(MAINTAIN_EVERY, jobs_settings.MAINTENANCE_INTERVAL)
                 self._maintain()
 
     def run(self) -> int:

@@ -250,3 +250,23 @@ def test_a_plain_claim_asks_nothing_of_the_pauses(recorder, redis_db):
     direct = [line["command"] for line in ours if line["client_type"] != "lua"]
     reads = [c for c in direct if "djjobs:paused" in c and not c.startswith("EVALSHA")]
     assert reads == ["HGETALL djjobs:paused"]
+
+
+def test_a_plain_claim_asks_no_priority_set_the_worker_found_empty(redis_db, recorder):
+    """The README's cost of priorities: while a queue's list has jobs and the worker's reading found
+    no prioritized job, a claim runs no command for the priority sets."""
+    jobs.record.enqueue_many([("a",), ("b",)])
+    store = Store.of(redis_db)
+    for nonce in ("1", "2"):
+        _, claimed, _ = store.complete_and_claim(
+            ["default"], finished=None, worker_name="w", lease_seconds=30, nonce=nonce, finished_ttl=60,
+            prioritized=frozenset(),
+        )  # fmt: skip
+        assert claimed is not None
+    _stop(recorder, redis_db)
+    scripted = [
+        line["command"].split(" ")[0].upper()
+        for line in recorder.lines
+        if line["db"] == recorder.db and line["client_type"] == "lua"
+    ]
+    assert scripted.count("LPOP") == 2 and "ZPOPMIN" not in scripted
