@@ -5,10 +5,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .cancellation import cancel, cancel_requested
-from .context import JobContext
-from .context import current as current_job
-from .exceptions import (
+from django_jobs.core.cancellation import cancel, cancel_requested
+from django_jobs.core.context import JobContext
+from django_jobs.core.context import current as current_job
+from django_jobs.core.registry import job
+from django_jobs.core.results import JobError, JobHandle, JobState, get_job
+from django_jobs.exceptions import (
     JobCancelled,
     JobDoesNotExist,
     JobsError,
@@ -19,17 +21,15 @@ from .exceptions import (
     Snooze,
     SnoozedTooOften,
 )
-from .idempotency import claim, claim_key, idempotent
-from .policy import RetryPolicy
-from .registry import job
-from .results import JobError, JobHandle, JobState, get_job
-from .store import CancelResult
+from django_jobs.flow.idempotency import claim, claim_key, idempotent
+from django_jobs.policy import RetryPolicy
+from django_jobs.store import CancelResult
 
 if TYPE_CHECKING:
-    from .batches import batch, batch_callback
-    from .chains import Page, chain
-    from .pausing import pause, paused, resume
-    from .retrying import retry_now
+    from django_jobs.failures.retrying import retry_now
+    from django_jobs.flow.pausing import pause, paused, resume
+    from django_jobs.workflows.batches import batch, batch_callback
+    from django_jobs.workflows.chains import Page, chain
 
 __all__ = [
     "CancelResult",

@@ -15,12 +15,13 @@ from django.utils.module_loading import import_string
 from redis.exceptions import RedisError
 from rq.serializers import JSONSerializer, resolve_serializer
 
-from . import conf, registry
-from .conf import jobs_settings
-from .connections import cluster_mode, queue_configs
-from .eviction import eviction_policy
-from .exceptions import JobNotFound
-from .inspect import server_connections
+from django_jobs import conf
+from django_jobs.conf import jobs_settings
+from django_jobs.core import registry
+from django_jobs.core.connections import cluster_mode, queue_configs
+from django_jobs.exceptions import JobNotFound
+from django_jobs.ops.eviction import eviction_policy
+from django_jobs.ops.inspection import server_connections
 
 
 def _installed() -> list[str]:

@@ -3,7 +3,7 @@ state machine of Lua-scripted transitions (:mod:`.machine`, scripts in ``lua/``)
 
 from __future__ import annotations
 
-from .keys import (
+from django_jobs.store.keys import (
     DYING,
     JOB_PREFIX,
     LEASES,
@@ -16,7 +16,7 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import (
+from django_jobs.store.machine import (
     Beat,
     CancelResult,
     Claim,
@@ -30,7 +30,7 @@ from .machine import (
     VanishedId,
     load,
 )
-from .record import (
+from django_jobs.store.record import (
     JOB_ID,
     JobRecord,
     Status,

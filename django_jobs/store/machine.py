@@ -25,8 +25,17 @@ from redis import Redis
 from redis.commands.core import Script
 from redis.exceptions import ResponseError
 
-from . import keys
-from .record import JobRecord, Status, int_field, rq_timestamp, split_token, text, to_bytes, to_text
+from django_jobs.store import keys
+from django_jobs.store.record import (
+    JobRecord,
+    Status,
+    int_field,
+    rq_timestamp,
+    split_token,
+    text,
+    to_bytes,
+    to_text,
+)
 
 #: The scores of one priority in a queue's priority sets (``lua/ready.lua``): 201 bands of 2^44 stay
 #: below 2^52, so every score is an exact integer in a double.

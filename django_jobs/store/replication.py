@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from redis import Redis
 from redis.exceptions import NoScriptError
 
-from . import keys
-from .machine import Pushable, Store, load, push_calls
-from .record import text
+from django_jobs.store import keys
+from django_jobs.store.machine import Pushable, Store, load, push_calls
+from django_jobs.store.record import text
 
 
 @dataclass(frozen=True)

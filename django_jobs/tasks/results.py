@@ -20,9 +20,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..results import JobState
-from ..store import Claimed, JobRecord, Status
-from .framework import Framework
+from django_jobs.core.results import JobState
+from django_jobs.store import Claimed, JobRecord, Status
+from django_jobs.tasks.framework import Framework
 
 STATUSES = {
     Status.QUEUED: "READY",

@@ -24,18 +24,33 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 from redis import exceptions as redis_errors
 
-from .. import alerts, batches, deadletter, execution, idempotency, metrics, outbox, outcomes, registry
-from ..backends import redis as redis_backend
-from ..conf import LEDGER, jobs_settings
-from ..connections import connection_identity, get_connection, queue_configs, queues_on
-from ..cron import Scheduler
-from ..durability import ledger_queues
-from ..envelope import Envelope
-from ..exceptions import WorkerLost
-from ..models import DeadLetter, OutboxEntry
-from ..store import DYING, LOST, VANISHED, Claimed, Store, VanishedId, to_bytes, to_text, valid_job_id
-from . import structure
-from .ledger import Ledger
+from django_jobs.client import outbox
+from django_jobs.client.backends import redis as redis_backend
+from django_jobs.conf import LEDGER, jobs_settings
+from django_jobs.core import execution, outcomes, registry
+from django_jobs.core.connections import connection_identity, get_connection, queue_configs, queues_on
+from django_jobs.core.envelope import Envelope
+from django_jobs.exceptions import WorkerLost
+from django_jobs.failures import alerts, deadletter
+from django_jobs.flow import idempotency
+from django_jobs.models import DeadLetter, OutboxEntry
+from django_jobs.ops.durability import ledger_queues
+from django_jobs.store import (
+    DYING,
+    LOST,
+    VANISHED,
+    Claimed,
+    Store,
+    VanishedId,
+    to_bytes,
+    to_text,
+    valid_job_id,
+)
+from django_jobs.telemetry import metrics
+from django_jobs.worker import structure
+from django_jobs.worker.ledger import Ledger
+from django_jobs.workflows import batches
+from django_jobs.workflows.cron import Scheduler
 
 logger = logging.getLogger("django_jobs.worker")
 

@@ -19,13 +19,14 @@ from dataclasses import dataclass, field
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, stats
-from ..conf import jobs_settings
-from ..outcomes import AttemptEnded
-from ..pausing import Held, Plan
-from ..store import Claimed, Finished, Store, wake_key
-from .guard import ClaimBoard
-from .servers import IDLE_WAIT, Reach, Server, soonest_retry, wait_any
+from django_jobs.conf import jobs_settings
+from django_jobs.core import execution
+from django_jobs.core.outcomes import AttemptEnded
+from django_jobs.flow.pausing import Held, Plan
+from django_jobs.store import Claimed, Finished, Store, wake_key
+from django_jobs.telemetry import stats
+from django_jobs.worker.guard import ClaimBoard
+from django_jobs.worker.servers import IDLE_WAIT, Reach, Server, soonest_retry, wait_any
 
 logger = logging.getLogger("django_jobs.worker")
 

@@ -22,15 +22,16 @@ from django.db import connections
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, metrics, outcomes, registry, stats, tracing
-from ..conf import jobs_settings
-from ..exceptions import JobCancelled, JobTimeout, WorkerLost
-from ..logs import redis_location
-from ..store import Claimed, Finished, Settled, Store, keys, rq_timestamp, split_token
-from .guard import ClaimBoard, Heartbeat, LeaseGuard
-from .maintenance import Maintenance
-from .process import BURST_WAIT, WorkProcess, die_with_parent
-from .servers import Reach, Server
+from django_jobs.conf import jobs_settings
+from django_jobs.core import execution, outcomes, registry, tracing
+from django_jobs.exceptions import JobCancelled, JobTimeout, WorkerLost
+from django_jobs.store import Claimed, Finished, Settled, Store, keys, rq_timestamp, split_token
+from django_jobs.telemetry import metrics, stats
+from django_jobs.telemetry.logs import redis_location
+from django_jobs.worker.guard import ClaimBoard, Heartbeat, LeaseGuard
+from django_jobs.worker.maintenance import Maintenance
+from django_jobs.worker.process import BURST_WAIT, WorkProcess, die_with_parent
+from django_jobs.worker.servers import Reach, Server
 
 logger = logging.getLogger("django_jobs.worker")
 

@@ -11,14 +11,18 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_jobs import batches, deadletter, idempotency, metrics, outcomes, retrying
-from django_jobs.batches import batch, batch_callback
-from django_jobs.connections import get_connection
+from django_jobs.core import outcomes
+from django_jobs.core.connections import get_connection
 from django_jobs.exceptions import PayloadError
+from django_jobs.failures import deadletter, retrying
+from django_jobs.flow import idempotency
 from django_jobs.models import Batch, BatchCallback, BatchMember, DeadLetter, OutboxEntry
 from django_jobs.store import Store
+from django_jobs.telemetry import metrics
 from django_jobs.testing import capture_jobs, immediate_jobs, run_jobs
 from django_jobs.worker.maintenance import Maintenance
+from django_jobs.workflows import batches
+from django_jobs.workflows.batches import batch, batch_callback
 from tests.testapp import jobs
 from tests.testapp.models import Item, SideEffect
 

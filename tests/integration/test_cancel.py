@@ -16,12 +16,14 @@ import redis
 from django.core.management import CommandError, call_command
 from django.db import transaction
 
-from django_jobs import CancelResult, JobCancelled, cancel, cancel_requested, registry, stats
-from django_jobs.execution import settle_failure
+from django_jobs import CancelResult, JobCancelled, cancel, cancel_requested
+from django_jobs.core import registry
+from django_jobs.core.execution import settle_failure
+from django_jobs.core.outcomes import Outcome
 from django_jobs.models import DeadLetter
-from django_jobs.outcomes import Outcome
 from django_jobs.signals import job_cancelled, job_failed
 from django_jobs.store import LEASES, Beat, Claimed, Finished, Settled, Store, parse_rq_timestamp
+from django_jobs.telemetry import stats
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.conftest import outcome_count

@@ -10,9 +10,9 @@ from django.core.checks import run_checks
 from django.db import transaction
 from django.utils import timezone
 
-from django_jobs import metrics
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import Store, keys
+from django_jobs.telemetry import metrics
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs

@@ -11,8 +11,8 @@ from django.test import override_settings
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
-from django_jobs import outbox
-from django_jobs.backends.redis import push
+from django_jobs.client import outbox
+from django_jobs.client.backends.redis import push
 from django_jobs.exceptions import ConfigurationError, TransactionAmbiguous
 from django_jobs.models import OutboxEntry
 from django_jobs.store import Store
@@ -196,7 +196,7 @@ def test_a_second_push_of_the_same_job_is_a_no_op(redis_db):
 
 
 def test_web_side_connections_have_short_timeouts():
-    from django_jobs.connections import get_connection
+    from django_jobs.core.connections import get_connection
 
     with override_settings(JOBS={"REDIS_SOCKET_TIMEOUT": 0.7}):
         kwargs = get_connection("default").connection_pool.connection_kwargs

@@ -29,7 +29,7 @@ def drain(timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run_jobs()
-        from django_jobs.connections import get_connection
+        from django_jobs.core.connections import get_connection
 
         redis = get_connection("default")
         if not redis.llen("rq:queue:default") and not redis.zcard("rq:scheduled:default"):

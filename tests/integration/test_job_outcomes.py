@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_jobs.connections import get_connection
+from django_jobs.core.connections import get_connection
 from django_jobs.models import DeadLetter
 from django_jobs.signals import job_failed, job_retrying, job_started, job_succeeded
 from django_jobs.testing import run_jobs

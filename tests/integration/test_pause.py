@@ -15,21 +15,13 @@ import redis
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 
-from django_jobs import (
-    CancelResult,
-    JobDoesNotExist,
-    cancel,
-    get_job,
-    pause,
-    paused,
-    registry,
-    resume,
-)
-from django_jobs.backends.redis import push
-from django_jobs.enqueue import build
-from django_jobs.envelope import Options
+from django_jobs import CancelResult, JobDoesNotExist, cancel, get_job, pause, paused, resume
+from django_jobs.client.backends.redis import push
+from django_jobs.client.enqueue import build
+from django_jobs.core import registry
+from django_jobs.core.envelope import Options
 from django_jobs.exceptions import ConfigurationError, JobNotFound
-from django_jobs.pausing import Held, Resumed
+from django_jobs.flow.pausing import Held, Resumed
 from django_jobs.store import Status, Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
@@ -349,7 +341,7 @@ def test_a_job_parked_under_a_cancel_is_asked_about_again(redis_db, monkeypatch)
 
 
 def test_the_overview_read_model_counts_held_jobs_apart_from_ready_ones(redis_db):
-    from django_jobs import inspect
+    from django_jobs.ops import inspection as inspect
 
     pause(job=jobs.record)
     pause(queue="emails", reason="later")

@@ -12,10 +12,11 @@ from django.core.checks import run_checks
 from django.core.management import CommandError, call_command
 from prometheus_client import CollectorRegistry, generate_latest
 
-from django_jobs import collectors, metrics
-from django_jobs.connections import get_connection
+from django_jobs.core.connections import get_connection
 from django_jobs.models import DeadLetter
+from django_jobs.ops import collectors
 from django_jobs.store import Store
+from django_jobs.telemetry import metrics
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.conftest import wait_for

@@ -16,11 +16,12 @@ from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import override_settings
 
-from django_jobs import execution, stats
-from django_jobs.connections import queues_on
+from django_jobs.core import execution
+from django_jobs.core.connections import queues_on
+from django_jobs.core.outcomes import Outcome
 from django_jobs.models import CronRun, DeadLetter, OutboxEntry
-from django_jobs.outcomes import Outcome
 from django_jobs.store import LEASES, Finished, Store, wake_key
+from django_jobs.telemetry import stats
 from django_jobs.testing import run_jobs
 from django_jobs.worker import SHARDED_SOCKET_TIMEOUT, WORKER_SOCKET_TIMEOUT, build_supervisor
 from django_jobs.worker.maintenance import Maintenance

@@ -14,12 +14,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from django_jobs import CancelResult, Snooze, SnoozedTooOften, cancel, get_job, registry, stats
-from django_jobs.enqueue import Options, enqueue_calls
-from django_jobs.execution import settle_snooze
+from django_jobs import CancelResult, Snooze, SnoozedTooOften, cancel, get_job
+from django_jobs.client.enqueue import Options, enqueue_calls
+from django_jobs.core import registry
+from django_jobs.core.execution import settle_snooze
 from django_jobs.models import Chain, CronRun, DeadLetter
 from django_jobs.signals import job_failed, job_retrying, job_snoozed
 from django_jobs.store import LEASES, Claimed, Settled, Status, Store
+from django_jobs.telemetry import stats
 from django_jobs.testing import capture_jobs, immediate_jobs, run_jobs
 from tests.conftest import outcome_count, wait_for
 from tests.testapp import jobs

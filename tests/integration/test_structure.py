@@ -76,7 +76,7 @@ def test_keys_of_the_right_type_or_absent_are_left_alone(redis_db):
 
 
 def claim(redis_db: redis.Redis):
-    from django_jobs.registry import limits_json
+    from django_jobs.core.registry import limits_json
 
     return Store(redis_db).complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=60, nonce="n", finished_ttl=60,

@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from django_jobs import execution, outcomes, tracing
+from django_jobs.core import execution, outcomes, tracing
 from django_jobs.exceptions import WorkerLost
 from django_jobs.models import OutboxEntry
 from django_jobs.store import Claimed, Store

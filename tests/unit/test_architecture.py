@@ -82,10 +82,10 @@ def test_the_import_linter_contracts_hold():
 
 def test_the_public_names_are_exported():
     from django_jobs import JobHandle, Page, chain, claim_key
-    from django_jobs.chains import Page as ChainsPage
-    from django_jobs.chains import chain as chains_chain
-    from django_jobs.idempotency import claim_key as idempotency_claim_key
-    from django_jobs.results import JobHandle as ResultsJobHandle
+    from django_jobs.core.results import JobHandle as ResultsJobHandle
+    from django_jobs.flow.idempotency import claim_key as idempotency_claim_key
+    from django_jobs.workflows.chains import Page as ChainsPage
+    from django_jobs.workflows.chains import chain as chains_chain
 
     assert (JobHandle, Page, chain, claim_key) == (
         ResultsJobHandle, ChainsPage, chains_chain, idempotency_claim_key,

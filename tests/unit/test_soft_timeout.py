@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_jobs import execution
+from django_jobs.core import execution
+from django_jobs.core.execution import expire, soft_timeout
 from django_jobs.exceptions import JobTimeout
-from django_jobs.execution import expire, soft_timeout
 from django_jobs.worker.process import WorkProcess
 
 
