@@ -68,18 +68,18 @@ __all__ = [
 #: Public names whose modules need the app registry ready (they use models) or settings (django_rq
 #: reads them on import): imported on first use.
 _AFTER_SETUP = {
-    "chain": "chains",
-    "Page": "chains",
-    "retry_now": "retrying",
-    "pause": "pausing",
-    "resume": "pausing",
-    "paused": "pausing",
-    "batch": "batches",
-    "batch_callback": "batches",
+    "chain": "django_jobs.workflows.chains",
+    "Page": "django_jobs.workflows.chains",
+    "retry_now": "django_jobs.failures.retrying",
+    "pause": "django_jobs.flow.pausing",
+    "resume": "django_jobs.flow.pausing",
+    "paused": "django_jobs.flow.pausing",
+    "batch": "django_jobs.workflows.batches",
+    "batch_callback": "django_jobs.workflows.batches",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _AFTER_SETUP:
-        return getattr(import_module(f".{_AFTER_SETUP[name]}", __name__), name)
+        return getattr(import_module(_AFTER_SETUP[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,13 +20,14 @@ class DjangoJobsConfig(AppConfig):
     discovered: frozenset[str] = frozenset()
 
     def ready(self) -> None:
-        # checks, chains and batches register on import
+        # The composition root: each service is connected here, from above, so that the layers below
+        # (the registry, the outcome pipeline) never import one. checks and chains register on import.
         from django_jobs import checks  # noqa: F401
-        from django_jobs.client import enqueue  # noqa: F401
+        from django_jobs.client import enqueue
         from django_jobs.conf import jobs_settings, task_backend_aliases
-        from django_jobs.core import outcomes, registry, tracing  # noqa: F401
-        from django_jobs.failures import deadletter  # noqa: F401
-        from django_jobs.ops import collectors  # noqa: F401
+        from django_jobs.core import outcomes, registry, tracing
+        from django_jobs.failures import deadletter
+        from django_jobs.ops import collectors
         from django_jobs.workflows import batches, chains, cron  # noqa: F401
 
         registry.deliver_through(enqueue.enqueue_calls)

@@ -421,7 +421,3 @@ class DeadLetterAdmin(_Base, JobPages, PausePages):
         self._require(self.has_discard_permission(request))
         self.discard(request, [get_object_or_404(DeadLetter, pk=pk)])
         return HttpResponseRedirect(reverse("admin:django_jobs_deadletter_change", args=[pk]))
-
-
-from django_jobs.admin import batches as batch_admin  # noqa: E402, F401  the chains and batches have their own admin modules
-from django_jobs.admin import chains as chain_admin

@@ -11,6 +11,7 @@ from django.conf import settings
 from django_rq.connection_utils import get_redis_connection
 from redis import Redis
 from redis.exceptions import ResponseError
+from rq.serializers import JSONSerializer, resolve_serializer
 
 from django_jobs.conf import jobs_settings
 from django_jobs.exceptions import ConfigurationError
@@ -22,6 +23,18 @@ _lock = threading.Lock()
 def queue_configs() -> dict[str, dict[str, Any]]:
     queues = getattr(settings, "RQ_QUEUES", None)
     return queues if isinstance(queues, dict) else {}
+
+
+def serializer_problem(config: Any) -> str | None:
+    """Why django-rq would not decode this queue's jobs with JSON (it reads only the queue's key)."""
+    serializer = config.get("SERIALIZER") if isinstance(config, dict) else None
+    try:
+        resolved = resolve_serializer(serializer)
+    except Exception as exc:
+        return f"SERIALIZER {serializer!r} cannot be loaded ({exc})"
+    if isinstance(resolved, type) and issubclass(resolved, JSONSerializer):
+        return None
+    return f"SERIALIZER is {serializer or 'unset'}, so pickle"
 
 
 def queue_config(queue: str) -> dict[str, Any]:
@@ -50,6 +63,11 @@ def by_server(queues: Sequence[str]) -> list[list[str]]:
     for queue in queues:
         grouped.setdefault(connection_identity(queue), []).append(queue)
     return list(grouped.values())
+
+
+def server_connections(queues: Sequence[str]) -> list[tuple[list[str], Redis]]:
+    """``queues`` grouped by the Redis server they live on, each group with the web side's client."""
+    return [(names, get_connection(names[0])) for names in by_server(queues)]
 
 
 def queues_on(queue: str) -> list[str]:

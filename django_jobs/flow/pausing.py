@@ -24,9 +24,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from redis.exceptions import RedisError
 
 from django_jobs.core import registry
-from django_jobs.core.connections import connection_identity, queue_configs
+from django_jobs.core.connections import connection_identity, queue_configs, server_connections
 from django_jobs.exceptions import JobNotFound
-from django_jobs.ops.inspection import server_connections
 from django_jobs.store import Pause, Store
 
 if TYPE_CHECKING:

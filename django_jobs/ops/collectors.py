@@ -34,8 +34,7 @@ from redis.exceptions import RedisError
 from django_jobs.conf import jobs_settings
 from django_jobs.core.connections import queue_configs
 from django_jobs.models import Batch, DeadLetter, OutboxEntry
-from django_jobs.ops import durability
-from django_jobs.ops import inspection as inspect
+from django_jobs.ops import durability, inspection
 from django_jobs.store import Pause
 from django_jobs.telemetry import metrics
 from django_jobs.workflows import cron
@@ -43,7 +42,7 @@ from django_jobs.workflows import cron
 logger = logging.getLogger("django_jobs.metrics")
 
 
-def _queue_gauges(gauges: list[GaugeMetricFamily], queues: Iterable[inspect.QueueState]) -> None:
+def _queue_gauges(gauges: list[GaugeMetricFamily], queues: Iterable[inspection.QueueState]) -> None:
     """Each queue's depth, oldest ready job's age (when its head says), scheduled and parked jobs."""
     depth, age, scheduled, parked = gauges
     for queue in queues:
@@ -68,7 +67,7 @@ class JobsCollector:
         names: list[str] = []
         pauses: list[Pause] = []
         answered = True
-        for server_queues, _, server in inspect.read_all(sorted(queue_configs())):
+        for server_queues, _, server in inspection.read_all(sorted(queue_configs())):
             if isinstance(server, RedisError):
                 answered = False
                 logger.warning(

@@ -9,26 +9,20 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import connections, router
 from django.db.models import Count, Min, Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from django_jobs.client.outbox import outbox_aliases
 from django_jobs.conf import LEDGER, jobs_settings
-from django_jobs.core.connections import queue_configs
+from django_jobs.core.connections import queue_configs, server_connections
 from django_jobs.models import OutboxEntry
-from django_jobs.ops.inspection import server_connections
 from django_jobs.store.replication import Primary, read_primary
 
 
 def ledger_queues() -> list[str]:
     """The queues of ``RQ_QUEUES`` whose jobs keep a ledger row until they have finished."""
     return [queue for queue in queue_configs() if jobs_settings.durability(queue) == LEDGER]
-
-
-def outbox_aliases() -> list[str]:
-    """The databases that hold an outbox table."""
-    return [alias for alias in connections if router.allow_migrate_model(alias, OutboxEntry)]
 
 
 @dataclass(frozen=True)

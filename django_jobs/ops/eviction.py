@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from redis import Redis
 from redis.exceptions import ResponseError
 
+from django_jobs.telemetry.logs import server_name
+
 
 @dataclass(frozen=True)
 class EvictionPolicy:
@@ -45,18 +47,6 @@ class EvictionPolicy:
 
 def _text(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def server_name(connection: Redis) -> str:
-    """Where a client points, without its password."""
-    pool = connection.connection_pool
-    service = getattr(pool, "service_name", None)
-    if service:  # behind Sentinel: the master's address changes with failovers
-        return f"sentinel:{service}"
-    kwargs = pool.connection_kwargs
-    if "path" in kwargs:
-        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
-    return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
 
 
 def eviction_policy(connection: Redis) -> EvictionPolicy:

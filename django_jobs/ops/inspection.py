@@ -23,7 +23,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from django_jobs.core.connections import by_server, get_connection
+from django_jobs.core.connections import server_connections
 from django_jobs.store import (
     DYING,
     LOST,
@@ -117,11 +117,6 @@ def age(stamp: Any, now: dt.datetime) -> float | None:
     if then is None:
         return None
     return max((now - then).total_seconds(), 0.0)
-
-
-def server_connections(queues: Sequence[str]) -> list[tuple[list[str], Redis]]:
-    """``queues`` grouped by the Redis server they live on, each group with the web side's client."""
-    return [(names, get_connection(names[0])) for names in by_server(queues)]
 
 
 def read_all(

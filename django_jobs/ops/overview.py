@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 from django_jobs.core import registry
 from django_jobs.core.connections import queue_configs
 from django_jobs.models import DeadLetter, OutboxEntry
-from django_jobs.ops import inspection as inspect
+from django_jobs.ops import inspection
 from django_jobs.store import Pause
 from django_jobs.telemetry import stats
 
@@ -58,7 +58,7 @@ class Worker:
 @dataclass
 class Overview:
     now: dt.datetime
-    queues: list[inspect.QueueState] = field(default_factory=list)
+    queues: list[inspection.QueueState] = field(default_factory=list)
     workers: list[Worker] = field(default_factory=list)
     jobs: list[JobTypeState] = field(default_factory=list)
     dying: int = 0
@@ -79,7 +79,7 @@ class Overview:
         ]
 
 
-def _add(overview: Overview, server: inspect.ServerState) -> None:
+def _add(overview: Overview, server: inspection.ServerState) -> None:
     overview.queues += server.queues
     overview.workers += [
         Worker(
@@ -136,7 +136,7 @@ def snapshot(now: dt.datetime | None = None) -> Overview:
     now = now or dt.datetime.now(dt.UTC)
     overview = Overview(now=now)
     per_job: dict[str, stats.JobStats] = {}
-    for queues, connection, state in inspect.read_all(
+    for queues, connection, state in inspection.read_all(
         list(queue_configs()), now, retry_sample=RETRY_SAMPLE, current_jobs=True
     ):
         try:

@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
 
-from django_jobs.checks import serializer_problem
+from django_jobs.core.connections import serializer_problem
 from django_jobs.tasks.binding import bound
 from django_jobs.tasks.options import BackendOptions
 

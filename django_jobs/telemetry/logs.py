@@ -20,7 +20,6 @@ from typing import Any
 from redis import Redis
 
 from django_jobs.conf import jobs_settings
-from django_jobs.ops.eviction import server_name
 from django_jobs.store import Claimed
 
 logger = logging.getLogger("django_jobs.worker")
@@ -207,6 +206,18 @@ def _configured() -> bool:
         for name, found in loggers.items()
         if name == "django_jobs" or name.startswith("django_jobs.")
     )
+
+
+def server_name(connection: Redis) -> str:
+    """Where a client points, without its password."""
+    pool = connection.connection_pool
+    service = getattr(pool, "service_name", None)
+    if service:  # behind Sentinel: the master's address changes with failovers
+        return f"sentinel:{service}"
+    kwargs = pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
+    return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/{kwargs.get('db', 0)}"
 
 
 def redis_location(connection: Redis) -> str:

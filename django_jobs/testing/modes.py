@@ -1,10 +1,5 @@
-"""Helpers for your own tests: capture enqueued jobs, run them inline, or drain Redis in-process.
-
-``JOBS["MODE"] = "capture"`` records jobs instead of queueing them; ``"immediate"`` runs them
-inline (at commit inside a transaction; exceptions propagate to the caller). Both treat Django
-``TestCase``'s wrapping transaction as no transaction, so they work there unchanged, and an
-``atomic()`` block of the code under test as the transaction it is in production.
-"""
+"""The test modes behind :mod:`django_jobs.testing`: capture, immediate, and run_jobs, which drains
+Redis in-process through the worker's own code path."""
 
 from __future__ import annotations
 
