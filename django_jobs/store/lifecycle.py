@@ -237,7 +237,7 @@ class Place:
     structures: tuple[Structure, ...]
     status: Status | None
     fields: tuple[str, ...] = ()
-    hash: bool = True  # False: the state is a missing hash (vanished)
+    hash: bool | None = True  # False: the state is a missing hash (vanished); None: it may be missing
 
 
 READY = (QUEUE, HIGH, LOW)
@@ -253,7 +253,7 @@ STATES: dict[State, Place] = {
     State.IN_LINE: Place((LINE,), Status.QUEUED, (F.LINE, F.TURN)),
     State.RUNNING: Place((LEASES,), Status.STARTED),
     State.LOST: Place((LOST,), Status.STARTED),
-    State.DYING: Place((DYING,), None),
+    State.DYING: Place((DYING,), None, hash=None),  # a poison id, or a scheduled id whose hash vanished
     State.VANISHED: Place((VANISHED,), None, hash=False),
     State.FINISHED: Place((), Status.FINISHED),
     State.DEAD: Place((), Status.FAILED),
