@@ -242,6 +242,13 @@ def _vanished(look: _Look, score: Any) -> None:
         look.where.update(key=keys.VANISHED, state=State.VANISHED)
 
 
+def ended(record: JobRecord) -> State | None:
+    """The state of a job whose record says it ended; None for one that did not (only a look at the
+    structures can tell where it waits or runs)."""
+    status = record.status
+    return lc.ended_state(status, record.fields) if status in lc.ENDED else None
+
+
 def where(connection: Redis, job_id: str, queues: Sequence[str] = ()) -> Where:
     """:func:`locate` of one id."""
     return locate(connection, [job_id], queues)[job_id]

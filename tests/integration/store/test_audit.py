@@ -8,7 +8,9 @@ import redis
 
 from django_jobs import cancel, pausing, registry
 from django_jobs.store import Claimed, Store, keys
+from django_jobs.store import read
 from django_jobs.store.audit import audit
+from django_jobs.store.lifecycle import State
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs
 
@@ -103,3 +105,25 @@ def test_a_line_flag_without_a_line_entry_is_named(redis_db, lived):
 
 def test_a_budget_too_small_says_the_look_was_cut_short(redis_db, lived):
     assert not audit(redis_db, budget=3).complete
+
+
+def test_the_read_model_names_each_jobs_state(redis_db, lived):
+    found = read.locate(redis_db, list(lived.values()))
+    states = {name: found[job_id].state for name, job_id in lived.items()}
+    assert states == {
+        "done": State.FINISHED,
+        "dead": State.DEAD,
+        "delayed": State.SCHEDULED,
+        "cancelled": State.CANCELLED,
+        "running": State.RUNNING,
+        "line": State.IN_LINE,
+        "snoozed": State.SNOOZED,
+        "retrying": State.RETRYING,
+        "parked": State.PARKED,
+        "high": State.WAITING_PRIORITY,
+        "waiting": State.WAITING,
+    }
+    assert found[lived["running"]].token.startswith(lived["running"] + ":")
+    assert found[lived["line"]].ahead == 0 and found[lived["line"]].line == "tests.per_account\nA"
+    assert found[lived["parked"]].pause is not None and found[lived["parked"]].paused
+    assert found[lived["delayed"]].due is not None
