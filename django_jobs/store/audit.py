@@ -149,11 +149,11 @@ def audit(connection: Redis, queues: Sequence[str] | None = None, *, budget: int
     now = _now(connection)
     problems = result.problems
     problems += _holders(held, hashes)
-    problems += _tokens(tokens)
+    problems += _tokens(tokens, hashes, set(names))
     problems += _slots(reader, djkeys, tokens, held, hashes, now)
     problems += _indexes(connection, djkeys, names, parked_lists)
     if result.complete:
-        problems += _nowhere(reader, held)
+        problems += _nowhere(reader, held, set(names))
     return result
 
 
@@ -303,9 +303,15 @@ def _turn(fields: dict[str, str]) -> float | None:
         return None
 
 
-def _tokens(tokens: dict[str, list[_Held]]) -> list[Problem]:
+def _tokens(
+    tokens: dict[str, list[_Held]], hashes: dict[str, dict[str, str] | None], queues: set[str]
+) -> list[Problem]:
+    """Lease and lost tokens against the wip sets of the audited queues (another queue's wip is not read)."""
     problems = []
     for token, places in tokens.items():
+        fields = hashes.get(split_token(token)) or {}
+        if fields.get(F.ORIGIN, "") not in queues and not any(p.structure is lc.WIP for p in places):
+            continue
         wip = [p for p in places if p.structure is lc.WIP]
         lease = [p for p in places if p.structure is not lc.WIP]
         job_id = split_token(token)
@@ -381,7 +387,7 @@ def _indexes(
     return problems
 
 
-def _nowhere(reader: _Reader, held: dict[str, list[_Held]]) -> list[Problem]:
+def _nowhere(reader: _Reader, held: dict[str, list[_Held]], queues: set[str]) -> list[Problem]:
     """Hashes of waiting or running jobs that no structure holds, and queued jobs whose flags name a
     place that does not hold them."""
     problems = []
@@ -391,7 +397,7 @@ def _nowhere(reader: _Reader, held: dict[str, list[_Held]]) -> list[Problem]:
         return []
     hashes = _hashes(reader.connection, ids)
     for job_id, fields in hashes.items():
-        if fields is None:
+        if fields is None or fields.get(F.ORIGIN, "") not in queues:
             continue
         status = fields.get(F.STATUS, "")
         places = held.get(job_id, [])

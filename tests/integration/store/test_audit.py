@@ -3,12 +3,14 @@ planted by hand is named, with its job."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import redis
+from django.core.management import CommandError, call_command
 
 from django_jobs import cancel, pausing, registry
-from django_jobs.store import Claimed, Store, keys
-from django_jobs.store import read
+from django_jobs.store import Claimed, Store, keys, read
 from django_jobs.store.audit import audit
 from django_jobs.store.lifecycle import State
 from django_jobs.testing import run_jobs
@@ -127,3 +129,42 @@ def test_the_read_model_names_each_jobs_state(redis_db, lived):
     assert found[lived["line"]].ahead == 0 and found[lived["line"]].line == "tests.per_account\nA"
     assert found[lived["parked"]].pause is not None and found[lived["parked"]].paused
     assert found[lived["delayed"]].due is not None
+
+
+def test_a_parked_id_without_dj_parked_is_named(redis_db, lived):
+    redis_db.hdel(keys.job_key(lived["parked"]), "dj_parked")
+    assert ("parked_flag", lived["parked"]) in kinds(redis_db)
+
+
+def test_a_wip_token_without_a_lease_is_named(redis_db, lived):
+    redis_db.zadd(keys.wip_key("default"), {f"{lived['waiting']}:stale": float("inf")})
+    assert ("wip_without_lease", lived["waiting"]) in kinds(redis_db)
+
+
+def test_a_waiting_hash_no_structure_holds_is_named(redis_db, lived):
+    redis_db.lrem(keys.queue_key("default"), 0, lived["waiting"])
+    assert ("nowhere", lived["waiting"]) in kinds(redis_db)
+
+
+def test_a_structure_key_of_the_wrong_type_is_named_and_read_as_empty(redis_db, lived):
+    redis_db.delete(keys.DYING)
+    redis_db.set(keys.DYING, "garbage")
+    assert ("wrong_type", "") in kinds(redis_db)
+
+
+def test_jobs_health_audit_exits_0_when_clean_and_1_naming_each_problem(redis_db, lived):
+    out = io.StringIO()
+    call_command("jobs_health", "--audit", stdout=out)
+    assert "FAIL" not in out.getvalue() and "ok   audit: default" in out.getvalue()
+    redis_db.rpush(keys.queue_key("default"), "ghost")
+    out = io.StringIO()
+    with pytest.raises(CommandError) as raised:
+        call_command("jobs_health", "--audit", stdout=out)
+    assert raised.value.returncode == 1
+    assert "FAIL audit: no_hash ghost: in rq:queue:default, but it has no hash" in out.getvalue().splitlines()
+
+
+def test_jobs_health_audit_says_when_the_budget_cut_it_short(redis_db, lived):
+    out = io.StringIO()
+    call_command("jobs_health", "--audit", "--budget", "2", stdout=out)
+    assert "the budget (2) cut the look short" in out.getvalue()
