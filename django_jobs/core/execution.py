@@ -36,6 +36,7 @@ from django_jobs.models import DeadLetter
 from django_jobs.policy import Verdict, classify
 from django_jobs.signals import job_started
 from django_jobs.store import Claimed, Finished, Settled, Store
+from django_jobs.store.lifecycle import F
 from django_jobs.telemetry import metrics
 from django_jobs.telemetry.logs import exception_path, exception_text, exception_traceback
 
@@ -132,11 +133,11 @@ def settle_failure(
     failed = _judge(exc, claimed, definition)
     history = _history(claimed, failed)
     fields = {
-        "dj_history": json.dumps(history),
+        F.HISTORY: json.dumps(history),
         "exc_info": failed.traceback[-20_000:],
-        "dj_reason": failed.reason,
-        "dj_exception": failed.exception,
-        "dj_message": failed.message[:2000],
+        F.REASON: failed.reason,
+        F.EXCEPTION: failed.exception,
+        F.MESSAGE: failed.message[:2000],
     }
     delay, outcome = _plan(exc, claimed, failed, definition, lost)
     settled = store.fail(

@@ -46,6 +46,7 @@ from django_jobs.store import (
     to_text,
     valid_job_id,
 )
+from django_jobs.store.lifecycle import F
 from django_jobs.telemetry import metrics
 from django_jobs.worker import structure
 from django_jobs.worker.ledger import Ledger
@@ -318,9 +319,9 @@ class Maintenance:
         failure = deadletter.Failure(
             job_id=job_id,
             queue=record.queue,
-            reason=record.text("dj_reason", DeadLetter.Reason.UNDECODABLE.value),
-            exception=record.text("dj_exception", "django_jobs.exceptions.PayloadError"),
-            message=record.text("dj_message", "The job hash in Redis is not a django_jobs job."),
+            reason=record.text(F.REASON, DeadLetter.Reason.UNDECODABLE.value),
+            exception=record.text(F.EXCEPTION, "django_jobs.exceptions.PayloadError"),
+            message=record.text(F.MESSAGE, "The job hash in Redis is not a django_jobs job."),
             traceback=record.text("exc_info"),
             history=record.history,
         )
@@ -448,7 +449,7 @@ class Maintenance:
             "origin": to_bytes(row.queue),
             "description": to_bytes(row.job_name),
             "timeout": str(row.timeout).encode(),
-            "dj_outbox_options": json.dumps(row.options, default=str).encode(),
+            F.OUTBOX_OPTIONS: json.dumps(row.options, default=str).encode(),
         }
         failure = deadletter.Failure(
             job_id=row.pk,

@@ -56,6 +56,7 @@ from django_jobs.models import Batch, BatchCallback, BatchMember, DeadLetter, Ou
 from django_jobs.policy import RetryPolicy
 from django_jobs.signals import job_requeued
 from django_jobs.store import Status
+from django_jobs.store.lifecycle import F as Field
 from django_jobs.telemetry import metrics
 
 logger = logging.getLogger("django_jobs.batches")
@@ -318,7 +319,7 @@ def _count(fired: Sequence[str]) -> None:
 def on_attempt_ended(event: AttemptEnded) -> None:
     """Outcome subscriber, after dead-lettering: a member's end moves it out of ``pending``. For a job
     that is no member (no ``dj_batch`` in its hash) it costs one dict lookup."""
-    if "dj_batch" not in event.claimed.fields:
+    if Field.BATCH not in event.claimed.fields:
         return
     end = _end_of(event)
     if end is not None:
