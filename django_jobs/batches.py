@@ -44,7 +44,6 @@ from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
 from . import enqueue, metrics, payload, registry, results
-from .backends import deferral
 from .conf import jobs_settings
 from .context import current as current_job
 from .durability import outbox_aliases
@@ -211,16 +210,7 @@ def batch(
         created.total = BatchMember.objects.filter(batch=created).count()
         Batch.objects.filter(pk=created.pk).update(total=created.total)
         fired = _fire_if_done(created) if not created.total else []
-        if created.total and jobs_settings.MODE == "immediate":
-            deferral.at_commit(DEFAULT_DB_ALIAS, functools.partial(_ran_inline, created.pk))
     _count(fired)
-
-
-def _ran_inline(batch_id: uuid.UUID) -> None:
-    """Immediate mode: the members ran inline at commit and none raised (one that raises stops the
-    commit's later hooks, this one included), so each of them succeeded."""
-    ids = BatchMember.objects.filter(batch_id=batch_id, state=PENDING).values_list("job_id", flat=True)
-    settle(dict.fromkeys(ids, (SUCCEEDED, "")))
 
 
 # --- members ending ------------------------------------------------------------------------------

@@ -26,9 +26,9 @@ from .conf import jobs_settings
 from .enqueue import Envelope, Options, build, deliver
 from .exceptions import JobNotFound, LimitKeyError, PayloadError
 from .models import DeadLetter
-from .outcomes import AttemptEnded
+from .outcomes import AttemptEnded, Settling
 from .signals import job_dead_lettered, job_requeued
-from .store import JobRecord, Store, surrogate_id, to_bytes, to_text, valid_job_id
+from .store import JobRecord, surrogate_id, to_bytes, to_text, valid_job_id
 from .triage import triage
 
 logger = logging.getLogger("django_jobs.deadletter")
@@ -219,7 +219,7 @@ def record(failure: Failure, fields: dict[str, bytes]) -> DeadLetter:
     return entry
 
 
-def bury(store: Store, failure: Failure, fields: dict[str, bytes]) -> DeadLetter:
+def bury(store: Settling, failure: Failure, fields: dict[str, bytes]) -> DeadLetter:
     """Record the row, then release the job from Redis's ``dying`` set; a DB outage leaves it there."""
     entry = record(failure, fields)
     store.buried(failure.job_id, jobs_settings.FINISHED_TTL)
