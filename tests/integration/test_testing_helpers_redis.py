@@ -134,21 +134,26 @@ def heard() -> Iterator[list[tuple[str, str]]]:
 
 
 def _run(mode: str, job: object, key: str) -> BaseException | None:
-    """Enqueue ``job(key)`` and run it once in ``mode``; what reached the caller."""
+    """Enqueue ``job(key)`` and run it once in ``mode``; what reached the test."""
     if mode == "run_jobs":
         job.enqueue(key)  # type: ignore[attr-defined]
         assert run_jobs() == 1
         return None
     try:
-        with immediate_jobs():
-            job.enqueue(key)  # type: ignore[attr-defined]
+        if mode == "immediate":
+            with immediate_jobs():
+                job.enqueue(key)  # type: ignore[attr-defined]
+        else:
+            with capture_jobs() as captured:
+                job.enqueue(key)  # type: ignore[attr-defined]
+            captured.run()
     except Exception as exc:
         return exc
     return None
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("mode", ["run_jobs", "immediate"])
+@pytest.mark.parametrize("mode", ["run_jobs", "immediate", "capture"])
 @pytest.mark.parametrize(
     ("job", "signals", "raised"),
     [
@@ -158,10 +163,10 @@ def _run(mode: str, job: object, key: str) -> BaseException | None:
     ],
     ids=["succeeds", "will-retry", "permanent"],
 )
-def test_immediate_mode_sends_the_signals_runjobs_sends(heard, mode, job, signals, raised):
+def test_the_test_modes_send_the_signals_runjobs_sends(heard, mode, job, signals, raised):
     got = _run(mode, job, "k")
     assert heard == [(signal, job.name) for signal in signals]
-    if mode == "immediate":  # what the job raised reaches the code that enqueued it, after its outcome
+    if mode != "run_jobs":  # what the job raised reaches the test, after its outcome was published
         assert (type(got) if got else None) is raised
     dead = list(DeadLetter.objects.values_list("job_name", "reason"))
     assert dead == ([(job.name, DeadLetter.Reason.PERMANENT)] if raised is PermanentError else [])
