@@ -250,7 +250,9 @@ def keep_alarm() -> None:
 @contextlib.contextmanager
 def soft_timeout(seconds: float) -> Iterator[None]:
     """Raise JobTimeout inside the job after ``seconds``; the supervisor's hard kill backs it up.
-    Outside a work process (see :func:`keep_alarm`), the handler found is put back afterwards."""
+    Outside a work process (see :func:`keep_alarm`), the handler found is put back afterwards, and so
+    is an alarm that was set (a test's own timeout, an outer job's in immediate mode), for what is
+    left of it: at once if it fell due meanwhile."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -258,13 +260,16 @@ def soft_timeout(seconds: float) -> Iterator[None]:
     previous = expire if _Alarm.keeper == os.getpid() else signal.getsignal(signal.SIGALRM)
     if previous is not expire:
         signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    armed = time.monotonic() if outer else 0.0
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         if previous is not expire:
             signal.signal(signal.SIGALRM, previous)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - armed), 1e-6))
 
 
 def _needs_closing(conn: BaseDatabaseWrapper) -> bool:
