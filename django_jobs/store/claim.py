@@ -11,6 +11,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from . import keys
+from .lifecycle import F
 from .model import PARK_RECHECK, Beat, Claim, Claimed, Finished
 from .record import JobRecord, int_field, rq_timestamp, split_token, text
 from .scripts import Part, queue_keys
@@ -121,7 +122,7 @@ class Claiming(Part):
             return Claim(ok, None, expired)
         number, job_id, token_b, flat = reply[2:]
         fields = _pairs(flat)
-        fields["dj_attempt"] = str(int_field(fields, "dj_attempt", 0) + 1).encode()  # as the script counted
+        fields[F.ATTEMPT] = str(int_field(fields, F.ATTEMPT, 0) + 1).encode()  # as the script counted
         record = JobRecord(job_id.decode(), fields)
         return Claim(
             ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record, worker_name), expired

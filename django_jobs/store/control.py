@@ -8,6 +8,7 @@ import datetime as dt
 from redis.exceptions import ResponseError
 
 from . import keys
+from .lifecycle import F
 from .model import CancelResult
 from .record import rq_timestamp, text
 from .scripts import Part, queue_keys
@@ -37,7 +38,7 @@ class Control(Part):
         for _ in range(_CANCEL_TRIES):
             try:
                 origin, parked, line = self.connection.hmget(
-                    keys.job_key(job_id), ["origin", "dj_parked", "dj_line"]
+                    keys.job_key(job_id), [F.ORIGIN, F.PARKED, F.LINE]
                 )
             except ResponseError:  # not a hash: no job of ours
                 return CancelResult.NOT_FOUND

@@ -5,7 +5,7 @@ Every transition is one Lua script (``lua/<name>.lua``, its KEYS and ARGV named 
 structures of :mod:`.keys`, never in none. The store is made of its parts, one concern each: the
 push (:mod:`.push`), the claim and its gates (:mod:`.claim`), the settling of an attempt
 (:mod:`.settling`), an operator's control (:mod:`.control`), maintenance (:mod:`.maintenance`) and
-the raw reads (:mod:`.reads`).
+the reads (:mod:`.read`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .claim import Claiming
 from .control import Control
 from .maintenance import Maintenance
 from .push import Pushing
-from .reads import Reads
+from .read import Reads
 from .scripts import Scripts
 from .settling import Settling
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from . import keys
+from .lifecycle import F
 from .record import JobRecord, int_field, to_text
 
 #: Seconds until maintenance looks at a line of parked jobs again, in case a wake-up was missed.
@@ -175,7 +176,7 @@ class Claimed:
     def attempt(self) -> int:
         """This attempt's number, 1-based (the claim already counted it); 0 for a job a claim dropped
         because it expired before it started."""
-        return int_field(self.record.fields, "dj_attempt", 1)
+        return int_field(self.record.fields, F.ATTEMPT, 1)
 
 
 class Claim(NamedTuple):

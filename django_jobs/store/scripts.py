@@ -13,7 +13,6 @@ import enum
 import functools
 import string
 import weakref
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -21,42 +20,13 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.commands.core import Script
 
-from . import keys
 from .interface import Group, Interface, Times
-from .record import Status
+from .keys import QueueKeys, queue_layout
+from .lifecycle import GATES, F, State, Status
 
 #: The scores of one priority in a queue's priority sets (``lua/ready.lua``): 201 bands of 2^44 stay
 #: below 2^52, so every score is an exact integer in a double.
 PRIORITY_BAND = 2**44
-
-
-class Field(enum.StrEnum):
-    """The job hash fields the scripts read or write (``${F_<NAME>}`` in their text)."""
-
-    STATUS = "status"
-    ORIGIN = "origin"
-    DATA = "data"
-    DESCRIPTION = "description"
-    CREATED_AT = "created_at"
-    ENQUEUED_AT = "enqueued_at"
-    STARTED_AT = "started_at"
-    ENDED_AT = "ended_at"
-    WORKER_NAME = "worker_name"
-    LAST_HEARTBEAT = "last_heartbeat"
-    ATTEMPT = "dj_attempt"
-    WORKERS = "dj_workers"
-    FIRST_STARTED = "dj_first_started"
-    RESULT = "dj_result"
-    CANCEL = "dj_cancel"
-    EXPIRES = "dj_expires"
-    EXPIRED = "dj_expired"
-    PRIORITY = "dj_priority"
-    SNOOZES = "dj_snoozes"
-    REPLACED_BY = "dj_replaced_by"
-    PARKED = "dj_parked"  # the paused type whose parked list holds it
-    LIMIT_KEY = "dj_limit_key"
-    LINE = "dj_line"  # the scope whose line holds it (or whose slot it holds, woken)
-    TURN = "dj_turn"
 
 
 class Ending(enum.StrEnum):
@@ -69,16 +39,14 @@ class Ending(enum.StrEnum):
 
 
 #: The keys of one queue, in this order, wherever a script is given a queue (``<group>.list`` ...):
-#: its list, scheduled set, wip set, high and low priority sets, index of lines and wake list.
-QUEUE = ("list", "sched", "wip", "high", "low", "index", "wake")
+#: the lifecycle's one per-queue layout.
+QUEUE = QueueKeys._fields
 
 
 @functools.lru_cache(maxsize=256)
 def queue_keys(queue: str) -> dict[str, str]:
     """The :data:`QUEUE` keys of ``queue`` by name (not to be changed: it is shared)."""
-    high, low = keys.priority_keys(queue)
-    names = [keys.queue_key(queue), keys.scheduled_key(queue), keys.wip_key(queue), high, low]
-    return dict(zip(QUEUE, [*names, keys.parked_index(queue), keys.wake_key(queue)], strict=True))
+    return queue_layout(queue)._asdict()
 
 
 #: A scope of a limit key (``lua/fair.lua``): its slots and its line in the job's queue, and its
@@ -87,32 +55,21 @@ SCOPE = Group("scope", Times.MAYBE, keys=("slots", "line"), args=("limits",))
 
 
 class Stop(enum.StrEnum):
-    """What a gate of the claim did to a job it stopped (``lua/gates/``)."""
+    """What a gate of the claim (:data:`.lifecycle.GATES`) did to a job it stopped, as the claim
+    counts it (``${STOP_<NAME>}``): a batch of stopped jobs ends a claim, the caller claims again."""
 
-    DROPPED = "dropped"  # ended, never run (an expired job: canceled with dj_expired)
+    DROPPED = "dropped"  # ended, never run
     PARKED = "parked"  # in its paused type's parked list, until a resume
     DEFERRED = "deferred"  # waits: in its key's line, or scheduled until its limit has room
 
 
-@dataclass(frozen=True)
-class Gate:
-    """One check of the claim on a popped job, ``lua/gates/<name>.lua``: the body of a function of the
-    job (see ``complete_and_claim.lua``) that returns nil to let it pass, or the :class:`Stop` it
-    made after moving the job there."""
-
-    name: str
-    stops: Stop
-    why: str
-
-
-#: The claim's gates, in the order a popped job meets them; the lease follows the last.
-GATES = (
-    Gate("expiry", Stop.DROPPED, "a job that never started and whose dj_expires passed never runs"),
-    Gate("pause", Stop.PARKED, "a job of a paused type waits in its parked list, unstarted"),
-    Gate("line", Stop.DEFERRED, "a job of a key (limit_key) waits its key's turn and room"),
-    Gate("concurrency", Stop.DEFERRED, "a job of a type at its concurrency limit waits a backoff"),
-    Gate("rate", Stop.DEFERRED, "a job over its rate (type or key) waits for the next window"),
-)
+#: The stop of each state a gate may leave a job in.
+STOP_OF = {
+    State.EXPIRED: Stop.DROPPED,
+    State.PARKED: Stop.PARKED,
+    State.IN_LINE: Stop.DEFERRED,
+    State.SCHEDULED: Stop.DEFERRED,
+}
 
 _ONE_QUEUE = Group("queue", Times.ONE, keys=QUEUE)
 
@@ -234,7 +191,7 @@ def _file(name: str) -> str:
 def _names() -> dict[str, Any]:
     """What ``${NAME}`` stands for in every script: statuses, fields, endings, stops, the band."""
     names: dict[str, Any] = {s.name: s.value for s in Status}
-    names |= {f"F_{f.name}": f.value for f in Field}
+    names |= {f"F_{name}": value for name, value in vars(F).items() if name.isupper()}
     names |= {f"END_{e.name}": e.value for e in Ending}
     names |= {f"STOP_{s.name}": s.value for s in Stop}
     return names | {"BAND": PRIORITY_BAND}
@@ -245,9 +202,10 @@ def _lua(name: str, **snippets: str) -> str:
 
 
 def gates_text() -> str:
-    """The claim's gates as Lua: a function per gate of :data:`GATES`, then the list of them in order."""
+    """The claim's gates as Lua: a function per gate of :data:`.lifecycle.GATES` (the body of
+    ``lua/gates/<name>.lua``), then the list of them in order."""
     bodies = [
-        f"-- gate {g.name}: {g.why}\nlocal function gate_{g.name}(job)\n{_lua('gates/' + g.name)}end\n"
+        f"-- gate {g.name}: {g.doc}\nlocal function gate_{g.name}(job)\n{_lua('gates/' + g.name)}end\n"
         for g in GATES
     ]
     return "".join(bodies) + f"local gates = {{{', '.join(f'gate_{g.name}' for g in GATES)}}}\n"

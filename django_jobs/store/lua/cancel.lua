@@ -24,7 +24,7 @@ if status == '${STARTED}' then
 end
 if status == '${FINISHED}' or status == '${FAILED}' or status == '${CANCELED}' then return 3 end
 -- queued, scheduled or a status no worker wrote: out of every place it could wait, whatever it says
-local places = {queue.sched, queue.list, queue.high, queue.low, parked or nil}
+local places = {queue.scheduled, queue.list, queue.high, queue.low, parked or nil}
 if line then places[#places + 1], places[#places + 2] = line.line, line.slots end
 for _, place in ipairs(places) do
   local kind = redis.call('TYPE', place)['ok']

@@ -128,7 +128,7 @@ local function wait_out(job, wait)
   if job.scope then
     fair().park(job.queue, job.scope, job.id, job.key, job.turn, now + wait)
   else
-    redis.call('ZADD', job.queue.sched, now + wait + stops.${STOP_DEFERRED} * 0.01, job.id)
+    redis.call('ZADD', job.queue.scheduled, now + wait + stops.${STOP_DEFERRED} * 0.01, job.id)
     redis.call('HSET', job.key, '${F_STATUS}', '${SCHEDULED}')
   end
   return '${STOP_DEFERRED}'

@@ -38,7 +38,7 @@ if mode == '${END_REQUEUE}' then
   if scope then pcall(keep_turn, scope, limits, id, hash, token) end
 elseif mode == '${END_RETRY}' then
   redis.call('HSET', hash, '${F_STATUS}', '${SCHEDULED}')
-  redis.call('ZADD', queue.sched, now + tonumber(delay), id)
+  redis.call('ZADD', queue.scheduled, now + tonumber(delay), id)
   freed()
 else
   redis.call('HSET', hash, '${F_STATUS}', '${FAILED}')

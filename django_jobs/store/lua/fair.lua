@@ -11,7 +11,7 @@
 -- (its worker died, or runjobs handed it back) keeps its slot the same way, and the front of its line
 -- (keep_turn). Maintenance wakes what a wake-up missed.
 -- Goes after the NOW and READY snippets. A queue is the table of its keys every script is given (its
--- index of lines: queue.index); a scope's keys are {slots = ..., line = ...}, and its limits (the JSON
+-- index of lines: queue.lines); a scope's keys are {slots = ..., line = ...}, and its limits (the JSON
 -- of Scope.arg, decoded) {concurrency, rate, period, rate_prefix (of its counters), prefix (of the job
 -- hashes), scope (its name), hold (seconds a woken job holds its slot)}; 0 means no such limit.
 -- Keys its callers may build: a scope's line (the index key, '\n', the scope), slots and rate counter
@@ -60,8 +60,8 @@ end
 -- after every job parked so far. The queue's index looks at the line by 'due' at the latest. Every
 -- read comes before the first write, so a key of the wrong type changes nothing.
 local function park(queue, scope, id, key, turn, due)
-  local line = queue.index .. '\n' .. scope
-  local at = redis.call('ZSCORE', queue.index, scope)
+  local line = queue.lines .. '\n' .. scope
+  local at = redis.call('ZSCORE', queue.lines, scope)
   if not turn then
     local last = redis.call('ZRANGE', line, -1, -1, 'WITHSCORES')
     turn = math.max(math.floor(now * 1000000), (tonumber(last[2]) or 0) + 1)
@@ -69,7 +69,7 @@ local function park(queue, scope, id, key, turn, due)
   turn = string.format('%.0f', turn)  -- a turn (microseconds) needs all 16 digits
   redis.call('ZADD', line, turn, id)
   redis.call('HSET', key, '${F_LINE}', scope, '${F_TURN}', turn)
-  if not at or tonumber(at) > due then redis.call('ZADD', queue.index, due, scope) end
+  if not at or tonumber(at) > due then redis.call('ZADD', queue.lines, due, scope) end
 end
 
 -- Move up to n jobs from the head of a scope's line in the queue to the end of their priority on that
@@ -77,7 +77,7 @@ end
 -- are not known (no slots), is let go for good, forgetting its turn. The scope leaves the index once
 -- its line is empty. prefix: the job hash prefix. Returns how many moved.
 local function unpark(queue, scope, n, slots, hold, prefix)
-  local line, moved = queue.index .. '\n' .. scope, 0
+  local line, moved = queue.lines .. '\n' .. scope, 0
   while moved < n do
     local top = redis.call('ZPOPMIN', line)
     if not top[1] then break end
@@ -90,7 +90,7 @@ local function unpark(queue, scope, n, slots, hold, prefix)
     for _ = 1, math.min(moved, 64) do redis.call('RPUSH', queue.wake, 1) end
     redis.call('LTRIM', queue.wake, 0, 63)
   end
-  if redis.call('ZCARD', line) == 0 then redis.call('ZREM', queue.index, scope) end
+  if redis.call('ZCARD', line) == 0 then redis.call('ZREM', queue.lines, scope) end
   return moved
 end
 

@@ -33,14 +33,14 @@ local function look(q, scope)
     if limit.rate > 0 then later = math.min(later, (math.floor(now / limit.period) + 1) * limit.period) end
   end
   local woken = unpark(q, scope, math.max(n, 0), slots, tonumber(hold), prefix)
-  redis.call('ZADD', q.index, 'XX', later, scope)  -- unless its line emptied and left the index
+  redis.call('ZADD', q.lines, 'XX', later, scope)  -- unless its line emptied and left the index
   return woken
 end
 
 local promoted, woken = 0, 0
 for n = 1, queue_count do
   local q = queue(n)
-  local due = redis.call('ZRANGEBYSCORE', q.sched, '-inf', now, 'LIMIT', 0, batch)
+  local due = redis.call('ZRANGEBYSCORE', q.scheduled, '-inf', now, 'LIMIT', 0, batch)
   if #due > 0 then
     local moved = 0
     for _, id in ipairs(due) do
@@ -54,7 +54,7 @@ for n = 1, queue_count do
         redis.call('ZADD', dying, now, id)
       end
     end
-    redis.call('ZREM', q.sched, unpack(due))
+    redis.call('ZREM', q.scheduled, unpack(due))
     if moved > 0 then
       redis.call('SADD', queues_set, q.list)
       for i = 1, math.min(moved, 64) do redis.call('RPUSH', q.wake, 1) end
@@ -62,11 +62,11 @@ for n = 1, queue_count do
     end
     promoted = promoted + moved
   end
-  local lines = redis.pcall('ZRANGEBYSCORE', q.index, '-inf', now, 'LIMIT', 0, batch)
+  local lines = redis.pcall('ZRANGEBYSCORE', q.lines, '-inf', now, 'LIMIT', 0, batch)
   for _, scope in ipairs(lines.err and {} or lines) do  -- an index of the wrong type: moved aside
     local ok, count = pcall(look, q, scope)
     if ok then woken = woken + count
-    else redis.pcall('ZADD', q.index, now + recheck, scope) end  -- a broken key of its own: not again at once
+    else redis.pcall('ZADD', q.lines, now + recheck, scope) end  -- a broken key of its own: not again at once
   end
 end
 return {reaped, promoted, woken}

@@ -55,7 +55,7 @@ for i, j in ipairs(batch) do
         replaced_by = holder  -- this one is older: it arrives after the job that replaced it
       elseif held[1] == '${SCHEDULED}' then
         -- in its own queue's scheduled set: a deploy may have moved the job to another queue
-        local sched = held[2] and (sched_prefix .. held[2]) or q.sched
+        local sched = held[2] and (sched_prefix .. held[2]) or q.scheduled
         if redis.call('ZREM', sched, holder) == 1 then
           tombstone(prefix .. holder, id, nil)
         end
@@ -75,7 +75,7 @@ for i, j in ipairs(batch) do
     -- The queue (or scheduled set) first: if that key is broken the script stops before the job
     -- hash exists, so a later push of this id (the relay's) is not mistaken for "already there".
     if due > 0 then
-      redis.call('ZADD', q.sched, due, id)
+      redis.call('ZADD', q.scheduled, due, id)
       redis.call('HSET', key, unpack(j[4]))
       redis.call('HSET', key, '${F_STATUS}', '${SCHEDULED}')
     else

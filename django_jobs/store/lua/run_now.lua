@@ -5,7 +5,7 @@
 -- Returns 1 moved, 0 not scheduled (queued, running or ended: nothing to do), -1 no such job.
 ${READY}
 if redis.call('TYPE', hash)['ok'] ~= 'hash' then return -1 end
-if redis.call('ZREM', queue.sched, id) == 0 then return 0 end
+if redis.call('ZREM', queue.scheduled, id) == 0 then return 0 end
 redis.call('HSET', hash, '${F_STATUS}', '${QUEUED}', '${F_ENQUEUED_AT}', stamp)
 ready(queue, id, priority_in(hash), false)
 redis.call('SADD', queues_set, queue.list)

@@ -24,5 +24,5 @@ local counted = redis.call('HMGET', hash, '${F_ATTEMPT}', '${F_SNOOZES}')
 local attempt, snoozes = tonumber(counted[1]) or 1, tonumber(counted[2]) or 0
 redis.call('HSET', hash, '${F_STATUS}', '${SCHEDULED}', '${F_ATTEMPT}', math.max(math.floor(attempt) - 1, 0),
            '${F_SNOOZES}', math.floor(snoozes) + 1)
-redis.call('ZADD', queue.sched, now + tonumber(seconds), string.match(token, '^(.*):[^:]*$$'))
+redis.call('ZADD', queue.scheduled, now + tonumber(seconds), string.match(token, '^(.*):[^:]*$$'))
 return 1

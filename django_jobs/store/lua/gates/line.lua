@@ -5,7 +5,7 @@
   if not job.scope then return nil end
   if job.turn then
     redis.call('ZREM', job.slots, job.id)
-  elseif redis.call('EXISTS', job.queue.index .. '\n' .. job.scope) == 1 then
+  elseif redis.call('EXISTS', job.queue.lines .. '\n' .. job.scope) == 1 then
     return wait_out(job, tonumber(recheck))
   end
   local most = job.limit.concurrency
