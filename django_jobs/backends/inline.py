@@ -17,6 +17,7 @@ from .. import execution
 from ..envelope import Envelope
 from ..outcomes import Outcome
 from ..store import Claimed, JobRecord, Scope, Settled, Status, split_token
+from ..store.lifecycle import F
 
 
 class InlineStore:
@@ -59,7 +60,7 @@ def claimed(envelope: Envelope, worker: str, attempt: int = 1) -> Claimed:
     """The claim a worker would get for ``envelope``: the job's hash as pushed, with this attempt
     counted, held by ``worker``; attempt 0 and no lease: a job dropped unrun because it expired."""
     fields = {name: str(value).encode() for name, value in envelope.fields().items()}
-    fields["dj_attempt"] = str(attempt).encode()
+    fields[F.ATTEMPT] = str(attempt).encode()
     token = f"{envelope.id}:{worker}" if attempt else ""
     return Claimed(envelope.queue, envelope.id, token, JobRecord(envelope.id, fields), worker)
 
