@@ -1,5 +1,6 @@
 """The job store in Redis: key names (:mod:`.keys`), the job record (:mod:`.record`), and the
-state machine of Lua-scripted transitions (:mod:`.machine`, scripts in ``lua/``)."""
+state machine of Lua-scripted transitions (:mod:`.machine`, its parts beside it, scripts in ``lua/``
+declared in :mod:`.scripts`)."""
 
 from __future__ import annotations
 
@@ -16,20 +17,8 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import (
-    Beat,
-    CancelResult,
-    Claim,
-    Claimed,
-    Finished,
-    Pause,
-    Pushable,
-    Scope,
-    Settled,
-    Store,
-    VanishedId,
-    load,
-)
+from .machine import Store
+from .model import Beat, CancelResult, Claim, Claimed, Finished, Pause, Pushable, Scope, Settled, VanishedId
 from .record import (
     JOB_ID,
     JobRecord,
@@ -44,6 +33,7 @@ from .record import (
     to_text,
     valid_job_id,
 )
+from .scripts import load
 
 __all__ = [
     "DYING",

@@ -155,7 +155,7 @@ def test_a_newcomer_waits_behind_the_parked_jobs_and_never_takes_a_woken_jobs_sl
 
 
 def test_a_woken_job_that_finds_no_room_goes_back_to_its_own_turn(redis_db, monkeypatch):
-    monkeypatch.setattr(store.machine, "TURN_HOLD", 0.0)  # the woken job's hold lapses at once
+    monkeypatch.setattr(store.model, "TURN_HOLD", 0.0)  # the woken job's hold lapses at once
     a = enqueue("A", "a0", "a1")
     store_ = Store(redis_db)
     first = claim(store_, "1")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ... import deadletter
 from ...models import DeadLetter
 from ...store import DYING
+from ...store.lifecycle import F
 from .base import Duty, Scope, Vanished
 from .items import Items, dying_age, job_id
 
@@ -31,9 +32,9 @@ class Dying(Duty):
         failure = deadletter.Failure(
             job_id=job,
             queue=record.queue,
-            reason=record.text("dj_reason", DeadLetter.Reason.UNDECODABLE.value),
-            exception=record.text("dj_exception", "django_jobs.exceptions.PayloadError"),
-            message=record.text("dj_message", "The job hash in Redis is not a django_jobs job."),
+            reason=record.text(F.REASON, DeadLetter.Reason.UNDECODABLE.value),
+            exception=record.text(F.EXCEPTION, "django_jobs.exceptions.PayloadError"),
+            message=record.text(F.MESSAGE, "The job hash in Redis is not a django_jobs job."),
             traceback=record.text("exc_info"),
             history=record.history,
         )

@@ -21,6 +21,7 @@ from ...durability import ledger_queues
 from ...envelope import Envelope
 from ...models import DeadLetter, OutboxEntry
 from ...store import Store, to_bytes
+from ...store.lifecycle import F
 from .base import Duty, Scope, exc_path, guarded, transient
 
 logger = logging.getLogger("django_jobs.worker")
@@ -115,7 +116,7 @@ class Relay(Duty):
             "origin": to_bytes(row.queue),
             "description": to_bytes(row.job_name),
             "timeout": str(row.timeout).encode(),
-            "dj_outbox_options": json.dumps(row.options, default=str).encode(),
+            F.OUTBOX_OPTIONS: json.dumps(row.options, default=str).encode(),
         }
         failure = deadletter.Failure(
             job_id=row.pk,
