@@ -40,7 +40,7 @@ class State(StrEnum):
 
 
 class Event(StrEnum):
-    STARTED = "started"  # the reports, see protocol
+    STARTED = "start"  # the reports, see protocol
     RETURNED = "returned"
     RAISED = "raised"
     COMPLETING = "completing"
