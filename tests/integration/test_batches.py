@@ -42,7 +42,7 @@ def relay() -> None:
     """The runjobs relay, once, as if every outbox row were over a second old: it pushes the rows
     and prunes those of jobs already in Redis."""
     OutboxEntry.objects.update(created_at=OutboxEntry.objects.first().created_at.replace(year=2000))
-    Maintenance(Store.of(get_connection("default")), ["default"], 0.1).relay_outbox()
+    Maintenance(Store.of(get_connection("default")), ["default"], 0.1).relay.run()
 
 
 def callbacks_ran() -> list[str]:

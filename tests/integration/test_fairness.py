@@ -344,7 +344,7 @@ def test_the_key_travels_through_the_outbox_and_its_relay(redis_db):
     assert OutboxEntry.objects.get(pk=relayed).limit_key == "B"
     redis_db.delete(f"rq:job:{relayed}")
     OutboxEntry.objects.update(created_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5))
-    Maintenance(Store.of(redis_db), ["default"], 0.1).relay_outbox()
+    Maintenance(Store.of(redis_db), ["default"], 0.1).relay.run()
     assert redis_db.hget(f"rq:job:{relayed}", "dj_limit_key") == b"B"
 
 
