@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -21,7 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django_jobs.conf import jobs_settings
 from django_jobs.core import invocation, payload, registry, tracing
 from django_jobs.core.context import JobContext, binding, running
-from django_jobs.core.outcomes import AttemptEnded, Judgement, Outcome, isolated, publish, send
+from django_jobs.core.outcomes import AttemptEnded, Judgement, Outcome, Settling, isolated, publish, send
 from django_jobs.exceptions import (
     JobCancelled,
     JobNotFound,
@@ -35,7 +35,7 @@ from django_jobs.exceptions import (
 from django_jobs.models import DeadLetter
 from django_jobs.policy import Verdict, classify
 from django_jobs.signals import job_started
-from django_jobs.store import Claimed, Finished, Settled, Store
+from django_jobs.store import Claimed, Finished, Settled
 from django_jobs.store.lifecycle import F
 from django_jobs.telemetry import metrics
 from django_jobs.telemetry.logs import exception_path, exception_text, exception_traceback
@@ -116,7 +116,7 @@ def _plan(
 
 
 def settle_failure(
-    store: Store,
+    store: Settling,
     claimed: Claimed,
     exc: BaseException,
     *,
@@ -161,7 +161,7 @@ def settle_failure(
 
 
 def settle_snooze(
-    store: Store, claimed: Claimed, snooze: Snooze, definition: registry.Job[Any, Any], duration: float
+    store: Settling, claimed: Claimed, snooze: Snooze, definition: registry.Job[Any, Any], duration: float
 ) -> AttemptEnded:
     """Reschedule the job ``snooze.seconds`` from now without spending the attempt (outcome
     ``snoozed``), or, past its snooze cap, dead-letter it with reason "snoozed". Fenced by the lease
@@ -187,7 +187,7 @@ def settle_snooze(
     return _ended(store, claimed, name, outcome, duration, snooze, retry_in=retry_in, fenced=fenced)
 
 
-def publish_expired(store: Store, dropped: Sequence[Claimed]) -> None:
+def publish_expired(store: Settling, dropped: Sequence[Claimed]) -> None:
     """Publish the end of each job a claim dropped unrun because it expired before it started
     (outcome ``expired``, attempt 0): counted and logged, never dead-lettered."""
     for claimed in dropped:
@@ -203,14 +203,14 @@ def completion(ended: AttemptEnded) -> Finished | None:
     return Finished(claimed.token, claimed.queue, ended.result, registry.limit_scope(claimed.record))
 
 
-def cancelled(store: Store, claimed: Claimed, exc: BaseException) -> AttemptEnded:
+def cancelled(store: Settling, claimed: Claimed, exc: BaseException) -> AttemptEnded:
     """The end of an attempt the store already settled as cancelled outside the work process (a job
     handed back at shutdown whose cancel had been requested)."""
     return _ended(store, claimed, claimed.record.name, Outcome.CANCELLED, None, exc)
 
 
 def _ended(
-    store: Store,
+    store: Settling,
     claimed: Claimed,
     name: str,
     outcome: Outcome,
@@ -252,7 +252,9 @@ def keep_alarm() -> None:
 @contextlib.contextmanager
 def soft_timeout(seconds: float) -> Iterator[None]:
     """Raise JobTimeout inside the job after ``seconds``; the supervisor's hard kill backs it up.
-    Outside a work process (see :func:`keep_alarm`), the handler found is put back afterwards."""
+    Outside a work process (see :func:`keep_alarm`), the handler found is put back afterwards, and so
+    is an alarm that was set (a test's own timeout, an outer job's in immediate mode), for what is
+    left of it: at once if it fell due meanwhile."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -260,13 +262,16 @@ def soft_timeout(seconds: float) -> Iterator[None]:
     previous = expire if _Alarm.keeper == os.getpid() else signal.getsignal(signal.SIGALRM)
     if previous is not expire:
         signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    armed = time.monotonic() if outer else 0.0
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         if previous is not expire:
             signal.signal(signal.SIGALRM, previous)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - armed), 1e-6))
 
 
 def _needs_closing(conn: BaseDatabaseWrapper) -> bool:
@@ -277,7 +282,7 @@ def _needs_closing(conn: BaseDatabaseWrapper) -> bool:
     return leaked_transaction or broken or expired
 
 
-def db_hygiene(interrupted: bool = False) -> None:
+def db_hygiene(interrupted: bool = False, caller: Collection[str] | None = None) -> None:
     """Between jobs, and before each pass of the supervisor's maintenance: drop broken or expired
     connections and a leaked transaction, keep healthy ones. Django reopens a connection only once it
     is closed, so one broken by a database outage would otherwise fail every query after it returns.
@@ -286,13 +291,30 @@ def db_hygiene(interrupted: bool = False) -> None:
 
     Unlike ``close_old_connections``, a ``CONN_MAX_AGE=0`` connection is kept while usable, so a
     worker does not reconnect for every job.
+
+    ``caller``: the attempt runs in the caller's process, not a worker's; the connections it names
+    (:func:`caller_transactions`) hold the caller's transaction, such as the one Django's ``TestCase``
+    wraps each test in, which is no leak: they are left as they are.
     """
     for conn in connections.all(initialized_only=True):
+        if caller is not None and conn.alias in caller:
+            continue
         if conn.connection is not None and (interrupted or _needs_closing(conn)):
             conn.close()
         conn.errors_occurred = False
     if settings.DEBUG:
         reset_queries()
+
+
+def caller_transactions() -> frozenset[str]:
+    """The connections inside a transaction now: a test's wrapping one (``TestCase``, pytest-django's
+    ``db``) or the caller's own block. An attempt run in the caller's process leaves them to the
+    caller (:func:`db_hygiene`): closing one would end the caller's transaction under it."""
+    return frozenset(
+        conn.alias
+        for conn in connections.all(initialized_only=True)
+        if conn.connection is not None and (conn.in_atomic_block or not conn.get_autocommit())
+    )
 
 
 def queue_wait(claimed: Claimed) -> float | None:
@@ -303,7 +325,11 @@ def queue_wait(claimed: Claimed) -> float | None:
 
 
 def _attempt(
-    definition: registry.Job[Any, Any], args: list[Any], kwargs: dict[str, Any], claimed: Claimed
+    definition: registry.Job[Any, Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    claimed: Claimed,
+    caller: Collection[str] | None,
 ) -> tuple[BaseException | None, str | None]:
     """Run the job's code; return what it raised, whatever it is (``SystemExit``,
     ``KeyboardInterrupt`` and ``GeneratorExit`` are outcomes of the job like any exception; the
@@ -311,7 +337,7 @@ def _attempt(
     its return value if the job keeps results. A returned :class:`Snooze` is returned as if raised."""
     alarm = definition.timeout + (invocation.ASYNC_ALARM_MARGIN if definition.is_async else 0.0)
     try:
-        db_hygiene()
+        db_hygiene(caller=caller)
         attempt = JobContext(claimed.id, definition.name, claimed.queue, claimed.attempt)
         with running(attempt), binding(_claimed, claimed), soft_timeout(alarm):
             value = invocation.call(
@@ -325,10 +351,11 @@ def _attempt(
 
 
 def run(
-    store: Store,
+    store: Settling,
     claimed: Claimed,
     on_start: Callable[[float], None] | None = None,
     on_end: Callable[[bool], None] | None = None,
+    caller: Collection[str] | None = None,
 ) -> AttemptEnded:
     """Run one claimed attempt. Failures are settled here; a success is left for the caller to
     complete (it batches the completion with its next claim). ``on_start(timeout)`` runs just
@@ -339,20 +366,24 @@ def run(
     Once the job's code has returned, its outcome is final: signals, cron bookkeeping, metrics and
     the log line are isolated, so none of them can fail a success or rerun it.
 
+    ``caller``: the attempt runs in the caller's process (``run_jobs()``, the test modes), whose
+    connections named here are inside the caller's transaction (see :func:`db_hygiene`).
+
     With OpenTelemetry tracing on, the attempt, its outcome's subscribers included, runs in its span."""
     if not tracing.active():
-        return _run(store, claimed, on_start, on_end)
+        return _run(store, claimed, on_start, on_end, caller)
     with tracing.attempt(claimed) as span:
-        ended = _run(store, claimed, on_start, on_end)
+        ended = _run(store, claimed, on_start, on_end, caller)
         isolated("Recording the attempt's span", lambda: span.ended(ended))
     return ended
 
 
 def _run(
-    store: Store,
+    store: Settling,
     claimed: Claimed,
     on_start: Callable[[float], None] | None,
     on_end: Callable[[bool], None] | None,
+    caller: Collection[str] | None,
 ) -> AttemptEnded:
     started = time.perf_counter()
     name = "(unknown)"
@@ -367,12 +398,12 @@ def _run(
         on_start(definition.timeout)
     send(job_started, name, claimed)
     isolated("Counting a start", lambda: metrics.started(name, claimed.queue, queue_wait(claimed)))
-    error, result = _attempt(definition, args, kwargs, claimed)
+    error, result = _attempt(definition, args, kwargs, claimed, caller)
     duration = time.perf_counter() - started
     if on_end is not None:
         on_end(error is None)
     interrupted = isinstance(error, JobTimeout)
-    isolated("Closing the job's database connections", lambda: db_hygiene(interrupted))
+    isolated("Closing the job's database connections", lambda: db_hygiene(interrupted, caller))
     if error is None:
         ended = _ended(store, claimed, name, Outcome.SUCCESS, duration, None, result=result)
     elif isinstance(error, Snooze):

@@ -16,7 +16,7 @@ import enum
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from django.dispatch import Signal
 
@@ -29,7 +29,7 @@ from django_jobs.signals import (
     job_snoozed,
     job_succeeded,
 )
-from django_jobs.store import Claimed, Store
+from django_jobs.store import Claimed, Scope, Settled, Store
 from django_jobs.telemetry import metrics, stats
 from django_jobs.telemetry.logs import log_outcome
 
@@ -47,6 +47,33 @@ class Outcome(enum.StrEnum):
     CANCELLED = "cancelled"  # never retried, never dead-lettered
     SNOOZED = "snoozed"  # runs again after its snooze; the attempt is given back, not a failure
     EXPIRED = "expired"  # dropped unrun by a claim: it had not started by its expiry (attempt 0)
+
+
+class Settling(Protocol):
+    """Where an attempt's end is settled, as execution and the subscribers use it: the job store in
+    Redis (:class:`~django_jobs.store.Store`), or the one the test modes keep in memory for the jobs
+    they run in the caller's process (``backends.inline``)."""
+
+    def fail(
+        self,
+        token: str,
+        queue: str,
+        *,
+        delay: float | None,
+        fields: dict[str, Any],
+        finished_ttl: int,
+        lost: bool = False,
+        cancel: bool = False,
+        scope: Scope | None = None,
+    ) -> Settled: ...
+
+    def snooze(
+        self, token: str, queue: str, seconds: float, finished_ttl: int, scope: Scope | None = None
+    ) -> Settled: ...
+
+    def buried(self, job_id: str, ttl: int) -> None: ...
+
+    def statuses(self, job_ids: Sequence[str]) -> dict[str, str | None]: ...
 
 
 @dataclass(frozen=True)
@@ -77,7 +104,7 @@ class AttemptEnded:
     duration: float | None
     exception: BaseException | None
     claimed: Claimed
-    store: Store
+    store: Settling
     judgement: Judgement | None = None
     history: Sequence[dict[str, Any]] = field(default=())
     bury: bool = False
@@ -167,8 +194,10 @@ def count(event: AttemptEnded) -> None:
 
 
 def record(event: AttemptEnded) -> None:
-    """The dashboard's hourly and daily counts."""
-    stats.record(event.name, event.outcome.value, event.queue)
+    """The dashboard's hourly and daily counts, kept in Redis: none for an attempt a test mode ran
+    in memory (Redis is left untouched there, and no later flush may count it)."""
+    if isinstance(event.store, Store):
+        stats.record(event.name, event.outcome.value, event.queue)
 
 
 def log(event: AttemptEnded) -> None:

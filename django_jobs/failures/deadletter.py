@@ -24,13 +24,13 @@ from django.utils import timezone
 from django_jobs.client.enqueue import Envelope, Options, build, deliver
 from django_jobs.conf import jobs_settings
 from django_jobs.core import payload, registry
-from django_jobs.core.outcomes import AttemptEnded
+from django_jobs.core.outcomes import AttemptEnded, Settling
 from django_jobs.exceptions import JobNotFound, LimitKeyError, PayloadError
 from django_jobs.failures import alerts
 from django_jobs.failures.triage import triage
 from django_jobs.models import DeadLetter
 from django_jobs.signals import job_dead_lettered, job_requeued
-from django_jobs.store import JobRecord, Store, surrogate_id, to_bytes, to_text, valid_job_id
+from django_jobs.store import JobRecord, surrogate_id, to_bytes, to_text, valid_job_id
 
 logger = logging.getLogger("django_jobs.deadletter")
 
@@ -220,7 +220,7 @@ def record(failure: Failure, fields: dict[str, bytes]) -> DeadLetter:
     return entry
 
 
-def bury(store: Store, failure: Failure, fields: dict[str, bytes]) -> DeadLetter:
+def bury(store: Settling, failure: Failure, fields: dict[str, bytes]) -> DeadLetter:
     """Record the row, then release the job from Redis's ``dying`` set; a DB outage leaves it there."""
     entry = record(failure, fields)
     store.buried(failure.job_id, jobs_settings.FINISHED_TTL)

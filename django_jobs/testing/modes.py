@@ -52,15 +52,20 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
     supervisor), but the soft timeout still applies. Paused queues and job types wait, as they do
     for ``runjobs``. Queues on several Redis servers are run one server after the other, in the order
     of their first queue. Returns the number of attempts run.
+
+    Inside a test's transaction (``TestCase``, pytest-django's ``db``) the jobs run in it, on the
+    test's connection, which is left open: only a connection the jobs themselves opened or broke is
+    closed between them, as a worker closes its own.
     """
     ran = 0
+    caller = execution.caller_transactions()
     for names in by_server(list(queues or queue_configs())):
-        ran += _run_server(Store.of(get_connection(names[0])), names, limit - ran)
+        ran += _run_server(Store.of(get_connection(names[0])), names, limit - ran, caller)
     stats.flush(home, every=0)
     return ran
 
 
-def _run_server(store: Store, names: list[str], limit: int) -> int:
+def _run_server(store: Store, names: list[str], limit: int, caller: frozenset[str]) -> int:
     """:func:`run_jobs` on the queues of one Redis server."""
     store.maintain(names, registry.limits_json())
     ran = 0
@@ -81,7 +86,7 @@ def _run_server(store: Store, names: list[str], limit: int) -> int:
         if claimed is None:
             break
         ran += 1
-        finished = execution.completion(execution.run(store, claimed))
+        finished = execution.completion(execution.run(store, claimed, caller=caller))
     if finished is not None:
         store.complete(finished, jobs_settings.FINISHED_TTL)
     return ran

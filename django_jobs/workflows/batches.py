@@ -44,7 +44,6 @@ from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
 from django_jobs.client import enqueue
-from django_jobs.client.backends import deferral
 from django_jobs.client.outbox import outbox_aliases
 from django_jobs.conf import jobs_settings
 from django_jobs.core import payload, registry, results
@@ -214,16 +213,7 @@ def batch(
         created.total = BatchMember.objects.filter(batch=created).count()
         Batch.objects.filter(pk=created.pk).update(total=created.total)
         fired = _fire_if_done(created) if not created.total else []
-        if created.total and jobs_settings.MODE == "immediate":
-            deferral.at_commit(DEFAULT_DB_ALIAS, functools.partial(_ran_inline, created.pk))
     _count(fired)
-
-
-def _ran_inline(batch_id: uuid.UUID) -> None:
-    """Immediate mode: the members ran inline at commit and none raised (one that raises stops the
-    commit's later hooks, this one included), so each of them succeeded."""
-    ids = BatchMember.objects.filter(batch_id=batch_id, state=PENDING).values_list("job_id", flat=True)
-    settle(dict.fromkeys(ids, (SUCCEEDED, "")))
 
 
 # --- members ending ------------------------------------------------------------------------------

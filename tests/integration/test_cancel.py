@@ -273,7 +273,7 @@ def test_a_lost_attempt_whose_cancel_was_requested_is_cancelled_by_the_reaper(re
     redis_db.zadd(LEASES, {claimed.token: 1})  # its worker died: the lease expired long ago
     loop = Maintenance(Store(redis_db), ["default"], 0.1)
     for _ in range(3):
-        loop.promote_and_reap()
+        loop.reaper.run()
     assert status(redis_db, handle.id) == b"canceled"
     assert redis_db.llen("rq:queue:default") == 0 and redis_db.zcard("djjobs:lost") == 0
     assert run_jobs() == 0 and done("lost") == 0

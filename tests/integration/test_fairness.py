@@ -147,7 +147,7 @@ def test_a_newcomer_waits_behind_the_parked_jobs_and_never_takes_a_woken_jobs_sl
 
 
 def test_a_woken_job_that_finds_no_room_goes_back_to_its_own_turn(redis_db, monkeypatch):
-    monkeypatch.setattr(store.machine, "TURN_HOLD", 0.0)  # the woken job's hold lapses at once
+    monkeypatch.setattr(store.model, "TURN_HOLD", 0.0)  # the woken job's hold lapses at once
     a = enqueue("A", "a0", "a1")
     store_ = Store(redis_db)
     first = claim(store_, "1")
@@ -336,7 +336,7 @@ def test_the_key_travels_through_the_outbox_and_its_relay(redis_db):
     assert OutboxEntry.objects.get(pk=relayed).limit_key == "B"
     redis_db.delete(f"rq:job:{relayed}")
     OutboxEntry.objects.update(created_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5))
-    Maintenance(Store.of(redis_db), ["default"], 0.1).relay_outbox()
+    Maintenance(Store.of(redis_db), ["default"], 0.1).relay.run()
     assert redis_db.hget(f"rq:job:{relayed}", "dj_limit_key") == b"B"
 
 

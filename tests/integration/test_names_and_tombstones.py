@@ -93,7 +93,7 @@ def test_a_unique_key_is_held_across_an_alias_and_the_current_name(redis_db):
 
 def relay(redis_db) -> None:
     """The runjobs relay, once: it pushes every outbox row older than a second."""
-    Maintenance(Store.of(redis_db), ["default", "emails"], 0.1).relay_outbox()
+    Maintenance(Store.of(redis_db), ["default", "emails"], 0.1).relay.run()
 
 
 def debounced(key: str, age: float, name: str = "tests.debounced", **extra: object) -> Envelope:

@@ -267,7 +267,7 @@ def test_maintenance_puts_back_jobs_a_resume_left_parked(redis_db):
     run_jobs()
     Store.of(redis_db).resume("job", "tests.record")  # a resume that died before it released them
     assert ids(redis_db, PARKED) == [handle.id]
-    Maintenance(Store.of(redis_db), ["default", "emails"], 0.1).release_parked()
+    Maintenance(Store.of(redis_db), ["default", "emails"], 0.1).parked.run()
     assert ids(redis_db, "rq:queue:default") == [handle.id]
     assert run_jobs() == 1
 
@@ -281,7 +281,7 @@ def test_a_broken_parked_list_never_holds_back_the_others(redis_db, caplog):
     redis_db.delete("djjobs:paused:lists")
     redis_db.sadd("djjobs:paused:lists", json.dumps(["default", "tests.ghost"]), *listed)  # first
     redis_db.set("djjobs:paused:default:tests.ghost", "not a list")
-    Maintenance(Store.of(redis_db), ["default"], 0.1).release_parked()
+    Maintenance(Store.of(redis_db), ["default"], 0.1).parked.run()
     assert ids(redis_db, "rq:queue:default") == [handle.id]
 
 
@@ -289,7 +289,7 @@ def test_maintenance_leaves_the_jobs_of_a_type_still_paused(redis_db):
     pause(job=jobs.record)
     jobs.record.enqueue("held")
     run_jobs()
-    Maintenance(Store.of(redis_db), ["default"], 0.1).release_parked()
+    Maintenance(Store.of(redis_db), ["default"], 0.1).parked.run()
     assert redis_db.llen(PARKED) == 1
 
 

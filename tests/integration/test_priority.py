@@ -158,7 +158,7 @@ def test_the_relay_pushes_an_outbox_row_with_its_priority(redis_db):
         enqueue(("r-1", -1), ("r0", 0), ("r2", 2))
     assert sorted(OutboxEntry.objects.values_list("priority", flat=True)) == [-1, 0, 2]
     OutboxEntry.objects.update(created_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
-    Maintenance(Store(redis_db), ["default"], 0.1).relay_outbox()
+    Maintenance(Store(redis_db), ["default"], 0.1).relay.run()
     assert OutboxEntry.objects.count() == 0
     run_jobs()
     assert started() == ["r2", "r0", "r-1"]

@@ -114,7 +114,7 @@ def test_the_claim_sets_a_vanished_id_aside_and_one_duty_dead_letters_it_once(re
     before = metrics.VANISHED.labels("default")._value.get()
     with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
         for _ in range(2):  # two runjobs, or one duty run twice
-            Maintenance(store, ["default"], 0.1).record_vanished()
+            Maintenance(store, ["default"], 0.1).vanished.run()
     entry = DeadLetter.objects.get()
     assert (entry.job_id, entry.reason, entry.queue, entry.attempts) == (gone.id, "vanished", "default", 0)
     assert "evicted" in entry.message

@@ -250,7 +250,7 @@ def test_immediate_mode_raises_the_snooze_to_the_caller(returned):
     with immediate_jobs(), pytest.raises(Snooze) as raised:
         jobs.snoozer.enqueue("i", times=1, seconds=7, returned=returned)
     assert raised.value.seconds == 7
-    assert runs("i") == ["0"]  # ran once, inline, outside a worker; nothing waits or runs it again
+    assert runs("i") == ["1"]  # ran once, inline, as attempt 1 (as a worker runs it); nothing runs it again
 
 
 def test_captured_jobs_run_raises_a_returned_snooze():

@@ -9,10 +9,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_jobs.client.backends import deferral
-from django_jobs.core import payload, registry
+from django_jobs.client.backends import deferral, inline
+from django_jobs.core import execution, payload, registry
 from django_jobs.core.envelope import Envelope
-from django_jobs.exceptions import JobNotFound, Snooze
+from django_jobs.exceptions import JobNotFound
+
+#: The worker name a captured job's attempt runs under, in :meth:`Captured.run`.
+WORKER = "capture"
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class CapturedJob:
     kwargs: dict[str, Any]
     priority: int = 0
     expires_at: dt.datetime | None = None  # when it would be dropped unrun if it had not started
+    envelope: Envelope | None = field(default=None, compare=False, repr=False)  # the job as enqueued
 
     @property
     def expired(self) -> bool:
@@ -67,15 +71,19 @@ class Captured:
         return matches[0]
 
     def run(self) -> None:
-        """Run the captured jobs now, in order, through their registered functions; one whose expiry
-        has passed is skipped, as a worker would drop it, and a ``Snooze`` a job returns is raised,
-        as it is when raised (nothing here waits)."""
+        """Run the captured jobs now, in order, each through the worker's own attempt: plain and
+        ``async def`` jobs alike, ``current_job()`` set, and its outcome published as a worker's is
+        (signals, dead letters, batches). One whose expiry has passed is dropped unrun, as a worker
+        would drop it (``job_expired``). What a job raises, or a ``Snooze`` it returns, is raised
+        once its outcome is published, and the jobs after it do not run: nothing here waits."""
+        caller = execution.caller_transactions()
         for captured in self.jobs:
+            if captured.envelope is None:
+                raise ValueError(f"Job {captured.id} was not captured by capture mode: nothing to run.")
             if captured.expired:
+                inline.expired(captured.envelope)
                 continue
-            value = registry.get(captured.name).func(*captured.args, **captured.kwargs)
-            if isinstance(value, Snooze):
-                raise value
+            inline.run(captured.envelope, WORKER, caller)
 
 
 def _bound(name: str, args: list[Any], kwargs: dict[str, Any]) -> object:
@@ -106,7 +114,9 @@ def _record(envelopes: Sequence[Envelope]) -> None:
         name, args, kwargs = payload.loads(envelope.data)
         for captured in active or [default_capture]:
             expires = dt.datetime.fromtimestamp(envelope.expires, dt.UTC) if envelope.expires else None
-            job = CapturedJob(envelope.id, name, envelope.queue, args, kwargs, envelope.priority, expires)
+            job = CapturedJob(
+                envelope.id, name, envelope.queue, args, kwargs, envelope.priority, expires, envelope
+            )
             captured.jobs.append(job)
 
 

@@ -1,29 +1,31 @@
-"""The "immediate" backend: run each job inline, at commit inside a transaction; what the job
-raises propagates to the code that enqueued it (or to the commit), as a test wants.
+"""The "immediate" backend: run each job inline, at commit inside a transaction, through the worker's
+own attempt (``inline``): its outcome is published as a worker's is (signals, dead letters, batches,
+periodic runs, metrics, the log line), then what the job raised propagates to the code that enqueued
+it (or to the commit), as a test wants.
 
-A job runs at once, so its expiry never passes. A ``Snooze`` it raises or returns is raised to the
-caller, like any exception: nothing here waits or runs it again, and a test can assert the snooze."""
+Nothing here waits: a failure the retry policy would retry is published as the worker would publish
+it (``job_failed``, then ``job_retrying``) and raised, and the job is not run again; a permanent one
+(or a result that is not JSON) is dead-lettered first. A job runs at once, so its expiry never
+passes. A ``Snooze`` it raises or returns is published (``job_snoozed``) and raised to the caller, so
+a test can assert the snooze."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
 
-from django_jobs.client.backends import deferral
-from django_jobs.core import invocation, payload, registry
+from django_jobs.client.backends import deferral, inline
+from django_jobs.core import execution
 from django_jobs.core.envelope import Envelope
-from django_jobs.exceptions import Snooze
+
+#: The worker name an immediate attempt runs under (``JobState.worker_ids``, a task's ``worker_ids``).
+WORKER = "immediate"
 
 
 def _run(envelopes: Sequence[Envelope]) -> None:
+    caller = execution.caller_transactions()
     for envelope in envelopes:
-        name, args, kwargs = payload.loads(envelope.data)
-        job = registry.get(name)
-        value = invocation.call(job.func, args, kwargs, timeout=job.timeout, is_async=job.is_async)
-        if isinstance(value, Snooze):
-            raise value
-        if job.store_result:
-            invocation.result_json(name, value)  # a value the worker could not store fails here too
+        inline.run(envelope, WORKER, caller)
 
 
 def deliver(envelopes: Sequence[Envelope], alias: str | None, using: str | None) -> None:
