@@ -79,6 +79,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--fair-small", type=int, default=100, help="each small tenant's jobs (default 100)")
     parser.add_argument("--fair-job-ms", type=float, default=0.0, help="milliseconds each job sleeps")
     parser.add_argument("--fair-cap", type=float, default=900.0, help="seconds a mode may run (default 900)")
+    parser.add_argument(
+        "--against",
+        metavar="DIR",
+        help="another checkout (with its .venv) to run side by side, in alternating rounds",
+    )
+    parser.add_argument("--rounds", type=int, default=4, help="rounds with --against (default 4)")
     parser.add_argument("--json", type=Path, help="also write the raw results to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args(argv)
@@ -275,6 +281,11 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.against:
+        from . import against
+
+        given = sys.argv[1:] if argv is None else argv
+        return against.main(args.against, args.rounds, against.without(given, ["--against", "--rounds"]))
     sections = [s for s in SECTIONS if s in args.only.split(",")]
     workdir = Path(tempfile.mkdtemp(prefix="django-jobs-bench-"))
     redis = PrivateRedis(workdir, free_port(args.port))

@@ -55,6 +55,7 @@ from .outcomes import AttemptEnded, Outcome
 from .policy import RetryPolicy
 from .signals import job_requeued
 from .store import Status
+from .store.lifecycle import F as Field
 
 logger = logging.getLogger("django_jobs.batches")
 
@@ -316,7 +317,7 @@ def _count(fired: Sequence[str]) -> None:
 def on_attempt_ended(event: AttemptEnded) -> None:
     """Outcome subscriber, after dead-lettering: a member's end moves it out of ``pending``. For a job
     that is no member (no ``dj_batch`` in its hash) it costs one dict lookup."""
-    if "dj_batch" not in event.claimed.fields:
+    if Field.BATCH not in event.claimed.fields:
         return
     end = _end_of(event)
     if end is not None:

@@ -35,6 +35,7 @@ from .enqueue import Options, enqueue_calls
 from .models import CronRun
 from .outcomes import AttemptEnded, Outcome
 from .store import keys
+from .store.lifecycle import F
 
 logger = logging.getLogger("django_jobs.cron")
 
@@ -159,7 +160,7 @@ def finished(fields: dict[str, bytes]) -> None:
 
     ``dj_cron`` comes from Redis: a value that is not a run id is logged and ignored (the job did
     succeed; only its period shows as overdue)."""
-    raw = fields.get("dj_cron")
+    raw = fields.get(F.CRON)
     if raw is None:
         return
     try:

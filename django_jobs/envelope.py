@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .store import Status, rq_timestamp, valid_job_id
+from .store.lifecycle import F
 
 Call = tuple[Sequence[Any], Mapping[str, Any]]
 
@@ -77,17 +78,17 @@ class Envelope:
 
     def fields(self) -> dict[str, Any]:
         stamp = rq_timestamp(self.created_at)
-        extra: dict[str, Any] = {"dj_cron": self.cron_run} if self.cron_run is not None else {}
+        extra: dict[str, Any] = {F.CRON: self.cron_run} if self.cron_run is not None else {}
         if self.priority:  # only then: a plain job's hash stays as it was
-            extra["dj_priority"] = self.priority
+            extra[F.PRIORITY] = self.priority
         if self.trace:
-            extra["dj_trace"] = self.trace
+            extra[F.TRACE] = self.trace
         if self.limit_key:
-            extra["dj_limit_key"] = self.limit_key
+            extra[F.LIMIT_KEY] = self.limit_key
         if self.expires:
-            extra["dj_expires"] = f"{self.expires:.3f}"
+            extra[F.EXPIRES] = f"{self.expires:.3f}"
         if self.batch:
-            extra["dj_batch"] = self.batch
+            extra[F.BATCH] = self.batch
         return {
             **extra,
             "data": self.data,
@@ -97,7 +98,7 @@ class Envelope:
             "origin": self.queue,
             "description": self.name,
             "timeout": self.timeout,
-            "dj_attempt": 0,
+            F.ATTEMPT: 0,
         }
 
     def options(self) -> dict[str, Any]:

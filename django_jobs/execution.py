@@ -37,6 +37,7 @@ from .outcomes import AttemptEnded, Judgement, Outcome, isolated, publish, send
 from .policy import Verdict, classify
 from .signals import job_started
 from .store import Claimed, Finished, Settled, Store
+from .store.lifecycle import F
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -131,11 +132,11 @@ def settle_failure(
     failed = _judge(exc, claimed, definition)
     history = _history(claimed, failed)
     fields = {
-        "dj_history": json.dumps(history),
+        F.HISTORY: json.dumps(history),
         "exc_info": failed.traceback[-20_000:],
-        "dj_reason": failed.reason,
-        "dj_exception": failed.exception,
-        "dj_message": failed.message[:2000],
+        F.REASON: failed.reason,
+        F.EXCEPTION: failed.exception,
+        F.MESSAGE: failed.message[:2000],
     }
     delay, outcome = _plan(exc, claimed, failed, definition, lost)
     settled = store.fail(

@@ -38,6 +38,7 @@ from .store import (
     scheduled_key,
     wip_key,
 )
+from .store.lifecycle import F
 
 WORKERS = keys.WORKERS_SET
 #: Lines of parked jobs counted per queue; past them the count is a lower bound.
@@ -165,7 +166,7 @@ def read(
             for head in heads:
                 pipe.hget(job_key(text(head)), "enqueued_at")
             for job_id in sample:
-                pipe.hget(job_key(text(job_id)), "dj_attempt")
+                pipe.hget(job_key(text(job_id)), F.ATTEMPT)
         for key in worker_keys:
             pipe.hgetall(key)
         replies = iter(pipe.execute(raise_on_error=False))

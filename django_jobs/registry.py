@@ -24,6 +24,7 @@ from .exceptions import ConfigurationError, JobNotFound, LimitKeyError
 from .policy import RetryPolicy
 from .results import JobHandle
 from .store import JobRecord, Scope
+from .store.lifecycle import F
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -320,7 +321,7 @@ def limits_json(paused: Iterable[str] = ()) -> str:
 def limit_scope(record: JobRecord) -> Scope | None:
     """The key whose limits an attempt of ``record``'s job counts under (see ``limit_key``), or None:
     a plain job, one queued before its type had ``limit_key``, or one this process does not know."""
-    value = record.fields.get("dj_limit_key")
+    value = record.fields.get(F.LIMIT_KEY)
     if not value:  # a plain job: nothing more to look up
         return None
     definition = _registry.get(record.name)

@@ -16,7 +16,8 @@ from typing import Any
 from . import payload
 from .cancellation import cancel
 from .exceptions import JobDoesNotExist, PayloadError
-from .store import CancelResult, JobRecord, Status, Store, valid_job_id
+from .store import CancelResult, JobRecord, Status, Store, read, valid_job_id
+from .store.lifecycle import ENDED, F, State
 
 
 @dataclass(frozen=True)
@@ -57,21 +58,25 @@ class JobState:
     expired: bool = False  # dropped unrun, status CANCELED: it had not started by expires_at
     limit_key: str | None = None  # the key its job type's limits count it under (@job(limit_key=...))
     parked: bool = False  # queued, waiting for its key's turn (see limit_key)
+    state: State | None = None  # its lifecycle state (None: read from a record alone, or nothing holds it)
 
     @property
     def finished(self) -> bool:
-        return self.status in (Status.FINISHED, Status.FAILED, Status.CANCELED)
+        return self.status in ENDED
 
     @property
     def successful(self) -> bool:
         return self.status is Status.FINISHED
 
     @classmethod
-    def from_record(cls, record: JobRecord, due: float | None = None, paused: bool = False) -> JobState:
+    def from_record(cls, record: JobRecord, where: read.Where | None = None) -> JobState:
+        """The job as ``record`` says, and where the read model found it (``where``; None: a record
+        alone, as a running attempt sees its own claim)."""
         try:
             _, args, kwargs = payload.loads(record.data)
         except PayloadError:
             args, kwargs = None, None
+        state = where.state if where is not None else read.ended(record)
         return cls(
             id=record.id,
             name=record.name,
@@ -83,27 +88,25 @@ class JobState:
             result=_result(record),
             errors=tuple(_error(entry) for entry in record.history if isinstance(entry, dict)),
             # when enqueue() ran: RQ's own enqueued_at moves to each retry's return to the queue
-            enqueued_at=record.time("created_at") or record.time("enqueued_at"),
-            started_at=record.time("dj_first_started") or record.time("started_at"),
-            last_attempted_at=record.time("started_at"),
-            finished_at=record.time("ended_at") if record.status in _ENDED else None,
-            worker_ids=tuple(w for w in record.text("dj_workers").split("\n") if w),
-            due_at=dt.datetime.fromtimestamp(due, dt.UTC) if due is not None else None,
-            cancel_requested_at=record.time("dj_cancel"),
-            paused=paused,
+            enqueued_at=record.time(F.CREATED_AT) or record.time(F.ENQUEUED_AT),
+            started_at=record.time(F.FIRST_STARTED) or record.time(F.STARTED_AT),
+            last_attempted_at=record.time(F.STARTED_AT),
+            finished_at=record.time(F.ENDED_AT) if record.status in ENDED else None,
+            worker_ids=tuple(w for w in record.text(F.WORKERS).split("\n") if w),
+            due_at=dt.datetime.fromtimestamp(where.due, dt.UTC) if where and where.due is not None else None,
+            cancel_requested_at=record.time(F.CANCEL),
+            paused=where is not None and where.paused,
             snoozes=record.snoozes,
             expires_at=record.expires,
-            expired=record.expired,
-            limit_key=record.text("dj_limit_key") or None,
-            parked=record.status is Status.QUEUED and "dj_line" in record.fields,
+            expired=state is State.EXPIRED,
+            limit_key=record.text(F.LIMIT_KEY) or None,
+            parked=where is not None and where.in_line,
+            state=state,
         )
 
 
-_ENDED = (Status.FINISHED, Status.FAILED, Status.CANCELED)
-
-
 def _result(record: JobRecord) -> Any:
-    raw = record.fields.get("dj_result")
+    raw = record.fields.get(F.RESULT)
     if raw is None:
         return None
     try:
@@ -154,11 +157,9 @@ def get_job(job_id: str, *, queue: str | None = None) -> JobState:
     if not isinstance(job_id, str) or not valid_job_id(job_id):
         raise ValueError(f"{job_id!r} is not a job id: letters, digits, _ and -, 1 to 64 of them.")
     for store in _stores(queue):
-        record = store.record(job_id)
-        if record.exists:
-            due = store.due_at(job_id, record.queue) if record.status is Status.SCHEDULED else None
-            paused = record.status is Status.QUEUED and store.held(record)
-            return JobState.from_record(record, due, paused)
+        where = read.where(store.connection, job_id)
+        if where.record.exists:
+            return JobState.from_record(where.record, where)
     raise JobDoesNotExist(
         f"No job {job_id} exists: the id is unknown, or the job ended more than "
         "JOBS['FINISHED_TTL'] seconds ago and its record was removed."

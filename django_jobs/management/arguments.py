@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import getpass
 import math
+import os
 from argparse import ArgumentTypeError
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.core.management.base import CommandError
@@ -71,6 +73,20 @@ def job_id(text: str) -> str:
     if not valid_job_id(text):
         raise ArgumentTypeError(f"not a job id: {text[:70]!r} (letters, digits, _ and -, 1 to 64 of them)")
     return text
+
+
+def output_file(text: str) -> Path:
+    """A file a command may write: not a directory, in a directory that exists and is writable. The
+    write itself can still fail (a full disk, a race); this catches the mistakes made at the prompt."""
+    path = Path(text)
+    folder = path.parent
+    if path.is_dir():
+        raise ArgumentTypeError(f"{text[:200]} is a directory; name a file in it")
+    if not folder.is_dir():
+        raise ArgumentTypeError(f"{text[:200]}: there is no directory {str(folder)[:200]!r}")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ArgumentTypeError(f"{text[:200]} is not writable")
+    return path
 
 
 def audited_user(username: str | None, permission: str) -> AbstractBaseUser:

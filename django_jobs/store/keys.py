@@ -1,4 +1,5 @@
-"""Every Redis key name django_jobs reads or writes, built here and nowhere else.
+"""Every Redis key name django_jobs reads or writes, built here from the structures of
+:mod:`.lifecycle` (their patterns are the one spelling of each name) and nowhere else.
 
 Jobs live where RQ keeps them, so ``rq info`` and the django-rq views read them:
 
@@ -45,24 +46,31 @@ from __future__ import annotations
 
 import datetime as dt
 
-JOB_PREFIX = "rq:job:"
-QUEUE_PREFIX = "rq:queue:"
-QUEUES_SET = "rq:queues"
-WORKER_PREFIX = "rq:worker:"
-WORKERS_SET = "rq:workers"
-LEASES = "djjobs:leases"
-LOST = "djjobs:lost"
-DYING = "djjobs:dying"
-VANISHED = "djjobs:vanished"
-ALERT_DUE = "djjobs:alertdue"
-PAUSED = "djjobs:paused"
-PARKED = "djjobs:paused:lists"
-PRIMARY = "djjobs:primary"
-REPLICATION_MARK = "djjobs:replmark"
+from . import lifecycle as lc
+from .lifecycle import QueueKeys, queue_layout
+
+__all__ = ["QueueKeys", "queue_layout"]
+
+JOB_PREFIX = lc.JOB.prefix
+QUEUE_PREFIX = lc.QUEUE.prefix
+QUEUES_SET = lc.QUEUES.pattern
+WORKER_PREFIX = lc.WORKER.prefix
+WORKERS_SET = lc.WORKERS.pattern
+LEASES = lc.LEASES.pattern
+LOST = lc.LOST.pattern
+DYING = lc.DYING.pattern
+VANISHED = lc.VANISHED.pattern
+ALERT_DUE = lc.ALERT_DUE.pattern
+PAUSED = lc.PAUSED.pattern
+PARKED = lc.PARKED_LISTS.pattern
+PRIMARY = lc.PRIMARY.pattern
+REPLICATION_MARK = lc.REPLICATION_MARK.pattern
 #: Prefixes of the alert keys of one fingerprint (a script scanning ALERT_DUE appends the fingerprint).
-ALERT_WINDOW_PREFIX = "djjobs:alert:"
-ALERT_COUNT_PREFIX = "djjobs:alertcount:"
-ALERT_LAST_PREFIX = "djjobs:alertlast:"
+ALERT_WINDOW_PREFIX = lc.ALERT_WINDOW.prefix
+ALERT_COUNT_PREFIX = lc.ALERT_COUNT.prefix
+ALERT_LAST_PREFIX = lc.ALERT_LAST.prefix
+SLOTS_PREFIX = lc.SLOTS.prefix
+RATE_PREFIX = lc.RATE.prefix
 
 
 def job_key(job_id: str) -> str:
@@ -75,7 +83,7 @@ def queue_key(queue: str) -> str:
 
 def priority_keys(queue: str) -> tuple[str, str]:
     """The sorted sets of the ready ids of ``queue`` with a priority above 0, and below 0."""
-    return f"djjobs:prio:{queue}:high", f"djjobs:prio:{queue}:low"
+    return lc.HIGH.key(queue=queue), lc.LOW.key(queue=queue)
 
 
 def ready_keys(queue: str) -> list[str]:
@@ -84,7 +92,7 @@ def ready_keys(queue: str) -> list[str]:
 
 
 def scheduled_key(queue: str) -> str:
-    return f"rq:scheduled:{queue}"
+    return lc.SCHEDULED.key(queue=queue)
 
 
 def waiting_keys(job_id: str, queue: str) -> list[str]:
@@ -100,23 +108,19 @@ def pause_field(kind: str, name: str) -> str:
 
 def parked_key(queue: str, name: str) -> str:
     """Where the claim parks the jobs of ``queue`` whose type ``name`` is paused, in the order popped."""
-    return f"djjobs:paused:{queue}:{name}"
+    return lc.PARKED.key(queue=queue, name=name)
 
 
 def wip_key(queue: str) -> str:
-    return f"rq:wip:{queue}"
+    return lc.WIP.key(queue=queue)
 
 
 def wake_key(queue: str) -> str:
-    return f"djjobs:wake:{queue}"
+    return lc.WAKE.key(queue=queue)
 
 
 def unique_key(key: str) -> str:
-    return f"djjobs:unique:{key}"
-
-
-SLOTS_PREFIX = "djjobs:slots:"
-RATE_PREFIX = "djjobs:rate:"
+    return lc.UNIQUE.key(key=key)
 
 
 def limit_scope(name: str, value: str) -> str:
@@ -132,17 +136,17 @@ def slots_key(scope: str) -> str:
 
 def rate_prefix(scope: str) -> str:
     """The rate counters of ``scope`` are this prefix plus the window number (Redis time / period)."""
-    return f"{RATE_PREFIX}{scope}:"
+    return lc.RATE.key(scope=scope, window="")
 
 
 def parked_index(queue: str) -> str:
     """The scopes of ``queue`` with jobs parked over their limit, scored by when maintenance looks next."""
-    return f"djjobs:parked:{queue}"
+    return lc.LINES.key(queue=queue)
 
 
 def parked_line(queue: str, scope: str) -> str:
     """The jobs of ``queue`` parked over the limit of ``scope``, scored by their turn."""
-    return f"{parked_index(queue)}\n{scope}"
+    return lc.LINE.key(queue=queue, scope=scope)
 
 
 def worker_key(name: str) -> str:
@@ -150,24 +154,24 @@ def worker_key(name: str) -> str:
 
 
 def queue_workers_key(queue: str) -> str:
-    return f"{WORKERS_SET}:{queue}"
+    return lc.QUEUE_WORKERS.key(queue=queue)
 
 
 def cron_lock(name: str, start: dt.datetime) -> str:
-    return f"djjobs:cron:{name}:{int(start.timestamp())}"
+    return lc.CRON_LOCK.key(name=name, start=str(int(start.timestamp())))
 
 
 def stats_minute(when: dt.datetime) -> str:
-    return f"djjobs:stats:m:{when.astimezone(dt.UTC):%Y%m%d%H%M}"
+    return lc.STATS_MINUTE.key(minute=f"{when.astimezone(dt.UTC):%Y%m%d%H%M}")
 
 
 def stats_hour(when: dt.datetime) -> str:
-    return f"djjobs:stats:h:{when.astimezone(dt.UTC):%Y%m%d%H}"
+    return lc.STATS_HOUR.key(hour=f"{when.astimezone(dt.UTC):%Y%m%d%H}")
 
 
 def quarantine_key(key: str, when: float) -> str:
     """Where a structure key of the wrong type is moved aside, unchanged."""
-    return f"djjobs:quarantine:{key}:{when:.6f}"
+    return lc.QUARANTINE.key(key=key, when=f"{when:.6f}")
 
 
 def alert_keys(fingerprint: str) -> list[str]:

@@ -1,12 +1,12 @@
 """A job as read from its Redis hash: :class:`JobRecord`, parsed once and tolerant of garbage.
 
-The statuses are named here, once; the Lua scripts get them from :class:`Status` when they load.
+The statuses and fields are named in :mod:`.lifecycle`; the Lua scripts get the statuses from
+:class:`Status` when they load.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import enum
 import hashlib
 import json
 import re
@@ -14,20 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .lifecycle import F
+from .lifecycle import Status as Status  # re-exported: its home before the table
+
 #: What a job id may be: RQ's own rule (letters, digits, ``_`` and ``-``; rq.job.JOB_ID_PATTERN), at
 #: most 64 characters, the width of every job id column. Every id django_jobs makes is a uuid4 hex.
 JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-class Status(enum.StrEnum):
-    """RQ's job statuses, as the ``status`` field of a job hash holds them."""
-
-    QUEUED = "queued"
-    STARTED = "started"
-    SCHEDULED = "scheduled"
-    FINISHED = "finished"
-    FAILED = "failed"
-    CANCELED = "canceled"
 
 
 def valid_job_id(value: str) -> bool:
@@ -129,7 +121,7 @@ class JobRecord:
         """The raw hash for a dead letter's snapshot; for a key that is not a hash, what Redis said."""
         if self.readable:
             return dict(self.fields)
-        return {"origin": b"", "redis_error": self.problem.encode()}
+        return {F.ORIGIN: b"", "redis_error": self.problem.encode()}
 
     def text(self, name: str, default: str = "") -> str:
         value = self.fields.get(name)
@@ -138,63 +130,63 @@ class JobRecord:
     @property
     def name(self) -> str:
         """The job's name (RQ's ``description``)."""
-        return self.text("description")
+        return self.text(F.DESCRIPTION)
 
     @property
     def queue(self) -> str:
         """The queue it was enqueued on (RQ's ``origin``)."""
-        return self.text("origin")
+        return self.text(F.ORIGIN)
 
     @property
     def status(self) -> Status | None:
         try:
-            return Status(self.text("status"))
+            return Status(self.text(F.STATUS))
         except ValueError:
             return None
 
     @property
     def attempt(self) -> int:
         """Attempts counted so far (the claim counts each one when it starts)."""
-        return int_field(self.fields, "dj_attempt", 0)
+        return int_field(self.fields, F.ATTEMPT, 0)
 
     @property
     def snoozes(self) -> int:
         """How often the job snoozed so far (each snooze gave its attempt back)."""
-        return int_field(self.fields, "dj_snoozes", 0)
+        return int_field(self.fields, F.SNOOZES, 0)
 
     @property
     def expires(self) -> dt.datetime | None:
         """When a job that has not started by then is dropped unrun; None if it never expires (or garbage)."""
         try:
-            return dt.datetime.fromtimestamp(float(self.fields["dj_expires"]), dt.UTC)
+            return dt.datetime.fromtimestamp(float(self.fields[F.EXPIRES]), dt.UTC)
         except (KeyError, ValueError, OverflowError, OSError):
             return None
 
     @property
     def expired(self) -> bool:
         """Whether the claim dropped it unrun because it expired before it started."""
-        return "dj_expired" in self.fields
+        return F.EXPIRED in self.fields
 
     @property
     def worker(self) -> str:
-        return self.text("worker_name")
+        return self.text(F.WORKER_NAME)
 
     @property
     def cron_run(self) -> str:
-        return self.text("dj_cron")
+        return self.text(F.CRON)
 
     @property
     def data(self) -> bytes:
-        return self.fields.get("data", b"")
+        return self.fields.get(F.DATA, b"")
 
     @property
     def trace(self) -> bytes:
         """The enqueuer's trace context (``tracing.carrier()``), empty when it had none."""
-        return self.fields.get("dj_trace", b"")
+        return self.fields.get(F.TRACE, b"")
 
     @property
     def history(self) -> list[Any]:
-        return parse_history(self.fields.get("dj_history"))
+        return parse_history(self.fields.get(F.HISTORY))
 
     def time(self, name: str) -> dt.datetime | None:
         """One of ``created_at``, ``enqueued_at``, ``started_at``, ``ended_at``; None if unreadable."""

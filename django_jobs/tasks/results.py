@@ -22,6 +22,7 @@ from typing import Any
 
 from ..results import JobState
 from ..store import Claimed, JobRecord, Status
+from ..store.lifecycle import F
 from .framework import Framework
 
 STATUSES = {
@@ -89,7 +90,7 @@ def attempt_state(
     what the claim wrote (the attempt's start and worker), and ``history`` if the attempt failed."""
     record = claimed.record
     if history is not None:
-        record = JobRecord(record.id, {**record.fields, "dj_history": json.dumps(list(history)).encode()})
+        record = JobRecord(record.id, {**record.fields, F.HISTORY: json.dumps(list(history)).encode()})
     state = JobState.from_record(record)
     if not claimed.worker:  # read back after the claim: the record already says all this
         return dataclasses.replace(state, status=Status.STARTED)

@@ -34,6 +34,7 @@ from ..envelope import Envelope
 from ..exceptions import WorkerLost
 from ..models import DeadLetter, OutboxEntry
 from ..store import DYING, LOST, VANISHED, Claimed, Store, VanishedId, to_bytes, to_text, valid_job_id
+from ..store.lifecycle import F
 from . import structure
 from .ledger import Ledger
 
@@ -303,9 +304,9 @@ class Maintenance:
         failure = deadletter.Failure(
             job_id=job_id,
             queue=record.queue,
-            reason=record.text("dj_reason", DeadLetter.Reason.UNDECODABLE.value),
-            exception=record.text("dj_exception", "django_jobs.exceptions.PayloadError"),
-            message=record.text("dj_message", "The job hash in Redis is not a django_jobs job."),
+            reason=record.text(F.REASON, DeadLetter.Reason.UNDECODABLE.value),
+            exception=record.text(F.EXCEPTION, "django_jobs.exceptions.PayloadError"),
+            message=record.text(F.MESSAGE, "The job hash in Redis is not a django_jobs job."),
             traceback=record.text("exc_info"),
             history=record.history,
         )
@@ -433,7 +434,7 @@ class Maintenance:
             "origin": to_bytes(row.queue),
             "description": to_bytes(row.job_name),
             "timeout": str(row.timeout).encode(),
-            "dj_outbox_options": json.dumps(row.options, default=str).encode(),
+            F.OUTBOX_OPTIONS: json.dumps(row.options, default=str).encode(),
         }
         failure = deadletter.Failure(
             job_id=row.pk,

@@ -42,6 +42,7 @@ CASES = [
     *[("jobs_cancel", value) for value in ["not an id", "x" * 65, "semi;colon", "", "é"]],
     ("jobs_pause", "default", "--reason", "x" * 501),
     ("jobs_health", "--skip", "pauses"),
+    *[("jobs_deploy", "alerts", "--output", path) for path in ["/no/such/dir/a.yml", "/", "/etc/hostname/a"]],
 ]
 
 
@@ -59,6 +60,13 @@ def test_a_bad_argument_is_a_command_error(argv):
         call_command(*argv, stdout=io.StringIO(), stderr=io.StringIO())
 
 
+def test_a_write_that_fails_is_one_error_line():
+    """What the argument's type cannot foresee (here a file the kernel refuses, even to root)."""
+    with pytest.raises(CommandError, match=r"^Cannot write /proc/version: ") as failed:
+        call_command("jobs_deploy", "alerts", "--output", "/proc/version", stderr=io.StringIO())
+    assert failed.value.returncode == 2 and "\n" not in str(failed.value)
+
+
 @pytest.mark.parametrize("argv", RUNJOBS, ids=" ".join)
 def test_a_bad_runjobs_argument_is_a_command_error(argv):
     parser = load_command_class("django_jobs", "runjobs").create_parser("manage.py", "runjobs")
@@ -72,6 +80,7 @@ def test_a_bad_runjobs_argument_is_a_command_error(argv):
         ("deadletters", "list", "--since", "99999999999d"),
         ("deadletters", "show", "999999999999999999999999"),
         ("runjobs", "--metrics-port", "99999"),  # on the original code it fails before any fork
+        ("jobs_deploy", "alerts", "--output", "/no/such/dir/alerts.yml"),
     ],
     ids=" ".join,
 )

@@ -7,7 +7,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ..arguments import output_file
 
 #: What the command hands out, and where it lives inside the package.
 FILES = {
@@ -31,7 +33,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("what", choices=sorted(FILES), help="Which file.")
-        parser.add_argument("--output", "-o", type=Path, help="Write it to this file instead of stdout.")
+        parser.add_argument(
+            "--output", "-o", type=output_file, help="Write it to this file instead of stdout."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         text = shipped(options["what"])
@@ -39,5 +43,8 @@ class Command(BaseCommand):
         if output is None:
             self.stdout.write(text, ending="")
             return
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"Cannot write {output}: {exc.strerror or exc}", returncode=2) from exc
         self.stderr.write(f"Wrote {output}")

@@ -19,6 +19,7 @@ from django_jobs.exceptions import ConfigurationError
 from django_jobs.inspect import QueueState, WorkerState, read_all, server_connections
 from django_jobs.management.arguments import real
 from django_jobs.pausing import describe, paused
+from django_jobs.store import audit
 from django_jobs.store.replication import Primary
 
 CHECKS = ("database", "redis", "workers", "age", "eviction", "quarantine", "durability", "paused")
@@ -51,6 +52,18 @@ class Command(BaseCommand):
             help="Leave a check out, e.g. --skip workers in a web server's readiness probe. Repeatable.",
         )
         parser.add_argument(
+            "--audit",
+            action="store_true",
+            help="Instead of the checks, audit what Redis holds against the jobs' lifecycle (read-only): "
+            "one line per problem, exit 1 if any.",
+        )
+        parser.add_argument(
+            "--budget",
+            type=int,
+            default=audit.BUDGET,
+            help=f"With --audit: members and keys looked at per Redis server (default {audit.BUDGET}).",
+        )
+        parser.add_argument(
             "--local",
             action="store_true",
             help="Count only workers on this host (a worker's liveness probe).",
@@ -63,6 +76,9 @@ class Command(BaseCommand):
                 connection_identity(queue)  # raises for a queue missing from RQ_QUEUES
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
+        if options["audit"]:
+            self._audit(queues, options["budget"])
+            return
         skip = set(options["skip"])
         failures = []
         if "database" not in skip:
@@ -88,6 +104,26 @@ class Command(BaseCommand):
     def _warn_unless(self, ok: bool, check: str, detail: str) -> None:
         """A finding an operator must act on that does not stop jobs from flowing: exit code unchanged."""
         self.stdout.write(f"{'ok  ' if ok else 'WARN'} {check}: {' '.join(detail.split())}")
+
+    def _audit(self, queues: list[str], budget: int) -> None:
+        """Each problem the auditor finds on the servers of ``queues``, one line each; exit 1 if any."""
+        found = 0
+        for names, connection in server_connections(queues):
+            shown = ", ".join(names)
+            try:
+                result = audit.audit(connection, names, budget=budget)
+            except RedisError as exc:
+                raise CommandError(f"audit: {shown}: Redis did not answer: {exc}", returncode=2) from exc
+            for problem in result.problems:
+                self.stdout.write(f"FAIL audit: {problem}")
+            found += len(result.problems)
+            looked = f"{result.looked} members and keys looked at"
+            if not result.complete:
+                self.stdout.write(f"WARN audit: {shown}: the budget ({budget}) cut the look short ({looked})")
+            else:
+                self.stdout.write(f"{'ok  ' if result.ok else 'FAIL'} audit: {shown}: {looked}")
+        if found:
+            raise CommandError(f"audit: {found} problem(s)", returncode=1)
 
     def _eviction(self, queues: list[str]) -> None:
         for _names, connection in server_connections(queues):

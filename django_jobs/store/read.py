@@ -1,0 +1,254 @@
+"""The read model of one job: which :class:`~.lifecycle.State` it is in and what holds it there.
+
+Every reader (``results.get_job``, the admin's job page, ``inspect``) asks here instead of testing the
+hash's flags its own way. Two pipelined round trips for any number of ids: the hashes and the paused
+hash, then one look per id where its hash says it should be (a running job's token is found by a
+ZSCAN of the leases and the lost set, which may take one more trip per page past the first). Never
+writes, never raises on garbage: a key of the wrong type reads as missing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+
+from . import keys
+from . import lifecycle as lc
+from .lifecycle import F, State, Status
+from .machine import Pause
+from .record import JobRecord, int_field, split_token, text, to_text
+
+#: Ids of a queue's list compared when looking for a ready job's place (LPOS MAXLEN): past them, the
+#: job is known to wait in the list but not how many are ahead of it.
+LIST_LOOK = 10_000
+#: Members a ZSCAN page asks for when looking for a running job's lease token.
+SCAN_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class Where:
+    """One job's state and what holds it. ``state`` None: Redis holds no trace of it."""
+
+    id: str
+    state: State | None
+    record: JobRecord
+    key: str = ""  # the key of the structure holding it ("" for an ended job, or none found)
+    due: float | None = None  # a scheduled job's due time (Unix time, Redis clock)
+    priority: int = 0
+    pause: Pause | None = None  # the pause holding a ready or parked job
+    line: str = ""  # the scope of its key's line (in it, or holding its turn)
+    ahead: int | None = None  # ids before it where it waits, when known
+    token: str = ""  # a running or lost attempt's lease token
+    lease_expires: float | None = None  # a running attempt's lease expiry (Unix time)
+    worker: str = ""
+
+    @property
+    def paused(self) -> bool:
+        """Waiting for a pause to be lifted: its queue or type is paused, or a paused type parked it."""
+        return self.state in (State.HELD, State.PARKED)
+
+    @property
+    def in_line(self) -> bool:
+        """Waiting for its key's turn, or holding the turn it was given (``limit_key``)."""
+        return bool(self.line) and self.record.status is Status.QUEUED
+
+
+def _ok(reply: Any) -> Any:
+    """A reply, or None for an error reply (a key of the wrong type)."""
+    return None if isinstance(reply, Exception) else reply
+
+
+def _score(reply: Any) -> float | None:
+    reply = _ok(reply)
+    try:
+        return float(reply) if reply is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _record(job_id: str, reply: Any) -> JobRecord:
+    if isinstance(reply, Exception):
+        return JobRecord.unreadable(job_id, str(reply))
+    return JobRecord(job_id, {to_text(k): v for k, v in (reply or {}).items()})
+
+
+def pauses_of(raw: Any) -> dict[str, Pause]:
+    """The paused hash's pauses by field; garbage reads as no pause."""
+    found = {}
+    for field, value in (_ok(raw) or {}).items():
+        pause = Pause.parse(field, value)
+        if pause is not None:
+            found[keys.pause_field(pause.kind, pause.name)] = pause
+    return found
+
+
+class _Look:
+    """The second round trip for one job: the commands its hash calls for, then what they found."""
+
+    def __init__(self, record: JobRecord, pauses: Mapping[str, Pause]) -> None:
+        self.record = record
+        self.pauses = pauses
+        self.reads: list[Callable[[Any], None]] = []
+        self.where: dict[str, Any] = {}
+
+    def plan(self, pipe: Any) -> None:
+        record, queue = self.record, self.record.queue
+        status = record.status
+        self.where["priority"] = int_field(record.fields, F.PRIORITY, 0)
+        self.where["worker"] = record.worker
+        if status is Status.SCHEDULED:
+            self._ask(pipe.zscore(keys.scheduled_key(queue), record.id), self._scheduled)
+        elif status is Status.QUEUED:
+            self._queued(pipe)
+        elif status is Status.STARTED:
+            self._scan(pipe, keys.LEASES, 0)
+            self._scan(pipe, keys.LOST, 0)
+        if status is None or status is Status.FAILED:
+            self._ask(pipe.zscore(keys.DYING, record.id), self._dying)
+
+    def _ask(self, _: Any, read: Callable[[Any], None]) -> None:
+        self.reads.append(read)
+
+    def _queued(self, pipe: Any) -> None:
+        record, queue = self.record, self.record.queue
+        parked, line = record.text(F.PARKED), record.text(F.LINE)
+        self.where["line"] = line
+        if parked:
+            key = keys.parked_key(queue, parked)
+            self.where.update(
+                key=key, state=State.PARKED, pause=self.pauses.get(keys.pause_field("job", parked))
+            )
+            self._ask(pipe.lpos(key, record.id), self._position)
+            return
+        if line:
+            key = keys.parked_line(queue, line)
+            self._ask(pipe.zrank(key, record.id), lambda rank: self._in_line(key, rank))
+        high, low = keys.priority_keys(queue)
+        self._ask(pipe.zrank(high, record.id), lambda rank: self._ready(high, rank))
+        self._ask(pipe.zrank(low, record.id), lambda rank: self._ready(low, rank))
+        list_key = keys.queue_key(queue)
+        self._ask(pipe.lpos(list_key, record.id, maxlen=LIST_LOOK), lambda at: self._ready(list_key, at))
+
+    def _position(self, at: Any) -> None:
+        self.where["ahead"] = _ok(at)
+
+    def _in_line(self, key: str, rank: Any) -> None:
+        if _ok(rank) is not None:
+            self.where.update(key=key, state=State.IN_LINE, ahead=rank)
+
+    def _ready(self, key: str, at: Any) -> None:
+        if _ok(at) is not None and "state" not in self.where:
+            self.where.update(key=key, state=State.WAITING, ahead=at)
+
+    def _scheduled(self, score: Any) -> None:
+        due = _score(score)
+        if due is not None:
+            state = lc.scheduled_state(self.record.fields)
+            self.where.update(key=keys.scheduled_key(self.record.queue), state=state, due=due)
+
+    def _dying(self, score: Any) -> None:
+        if _score(score) is not None:
+            self.where.update(key=keys.DYING, state=State.DYING)
+
+    def _scan(self, pipe: Any, key: str, cursor: int) -> None:
+        pipe.zscan(key, cursor, match=f"{self.record.id}:*", count=SCAN_PAGE)
+        self.reads.append(lambda reply: self._scanned(key, reply))
+
+    def _scanned(self, key: str, reply: Any) -> None:
+        cursor, members = _ok(reply) or (0, [])
+        for member, score in members:
+            token = text(member)
+            if split_token(token) == self.record.id:
+                running = key == keys.LEASES
+                state = State.RUNNING if running else State.LOST
+                self.where.update(key=key, state=state, token=token, lease_expires=score if running else None)
+        if cursor and "token" not in self.where:
+            self.where.setdefault("_more", []).append((key, cursor))
+
+    def finish(self, replies: Iterable[Any]) -> None:
+        for read, reply in zip(self.reads, replies, strict=True):
+            read(reply)
+        self.reads = []
+
+    def more(self, pipe: Any) -> bool:
+        """Plan the next ZSCAN pages of a token not found yet; False when there is nothing left to ask."""
+        pending = self.where.pop("_more", [])
+        for key, cursor in pending:
+            self._scan(pipe, key, cursor)
+        return bool(pending)
+
+    def result(self) -> Where:
+        record, where = self.record, self.where
+        state = where.pop("state", None)
+        status = record.status
+        if state is None and status in lc.ENDED:
+            state = lc.ended_state(status, record.fields)
+        if state is None and status is Status.QUEUED and not where.get("line"):
+            state = State.WAITING  # past LIST_LOOK in its list, or gone from it: the audit tells which
+        if state is State.WAITING:
+            state = self._ready_state(where)
+        return Where(record.id, state, record, **where)
+
+    def _ready_state(self, where: dict[str, Any]) -> State:
+        """Which ready state a job found in its queue's list or priority sets is in."""
+        record = self.record
+        fields = [keys.pause_field("queue", record.queue), keys.pause_field("job", record.name)]
+        pause = next((self.pauses[f] for f in fields if f in self.pauses), None)
+        if pause is not None:
+            where["pause"] = pause
+            return State.HELD
+        if F.LINE in record.fields:
+            return State.TURN
+        return State.WAITING_PRIORITY if where.get("key", "").startswith(lc.HIGH.prefix) else State.WAITING
+
+
+def locate(connection: Redis, job_ids: Sequence[str], queues: Sequence[str] = ()) -> dict[str, Where]:
+    """Where each of ``job_ids`` is. An id whose hash is gone is looked for among the vanished ids of
+    ``queues`` (no hash names its queue)."""
+    with connection.pipeline(transaction=False) as pipe:
+        for job_id in job_ids:
+            pipe.hgetall(keys.job_key(job_id))
+        pipe.hgetall(keys.PAUSED)
+        *hashes, raw_pauses = pipe.execute(raise_on_error=False)
+    pauses = pauses_of(raw_pauses)
+    looks = [_Look(_record(job_id, raw), pauses) for job_id, raw in zip(job_ids, hashes, strict=True)]
+    gone = [look for look in looks if look.record.readable and not look.record.exists]
+    pending = [look for look in looks if look.record.exists]
+    with connection.pipeline(transaction=False) as pipe:
+        for look in pending:
+            look.plan(pipe)
+        for look in gone:
+            for queue in queues:
+                member = f"{queue}\n{look.record.id}"
+                look._ask(pipe.zscore(keys.VANISHED, member), functools.partial(_vanished, look))
+        replies = iter(pipe.execute(raise_on_error=False))
+    for look in pending + gone:
+        look.finish([next(replies) for _ in look.reads])
+    while pending:
+        with connection.pipeline(transaction=False) as pipe:
+            pending = [look for look in pending if look.more(pipe)]
+            replies = iter(pipe.execute(raise_on_error=False)) if pending else iter(())
+        for look in pending:
+            look.finish([next(replies) for _ in look.reads])
+    return {look.record.id: look.result() for look in looks}
+
+
+def _vanished(look: _Look, score: Any) -> None:
+    if _score(score) is not None:
+        look.where.update(key=keys.VANISHED, state=State.VANISHED)
+
+
+def ended(record: JobRecord) -> State | None:
+    """The state of a job whose record says it ended; None for one that did not (only a look at the
+    structures can tell where it waits or runs)."""
+    status = record.status
+    return lc.ended_state(status, record.fields) if status in lc.ENDED else None
+
+
+def where(connection: Redis, job_id: str, queues: Sequence[str] = ()) -> Where:
+    """:func:`locate` of one id."""
+    return locate(connection, [job_id], queues)[job_id]
