@@ -137,59 +137,70 @@ class LifecycleMachine(RuleBasedStateMachine):
         if wait > -0.002:
             time.sleep(wait + 0.003)
 
-    def observe(self, job: Model) -> str:
-        """The state Redis shows: the one structure holding the id, or, for none, its hash's status."""
-        queue, scope = job.queue, keys.limit_scope(KEYED.name, job.account)
+    def observe(self) -> dict[str, str]:
+        """The state Redis shows for each job: the one structure holding its id, or, for none, what
+        its hash says. One pipeline for every job, one query for the dead letters."""
         with self.client.pipeline(transaction=False) as pipe:
-            pipe.lpos(keys.queue_key(queue), job.id)
-            for key in keys.priority_keys(queue):
-                pipe.zscore(key, job.id)
-            pipe.zscore(keys.scheduled_key(queue), job.id)
-            pipe.zscore(DYING, job.id)
-            for name in TYPES:
-                pipe.lpos(keys.parked_key(queue, name), job.id)
-            pipe.zscore(keys.parked_line(queue, scope), job.id)
             pipe.zrange(LEASES, 0, -1)
             pipe.zrange(LOST, 0, -1)
-            pipe.hgetall(keys.job_key(job.id))
-            ready, high, low, scheduled, dying, *parked, line, leases, lost, fields = pipe.execute()
-        mine = f"{job.id}:".encode()
-        places = [
-            *([WAITING] * sum(x is not None for x in (ready, high, low))),
-            *([SCHEDULED] if scheduled is not None else []),
-            *([DYING_] if dying is not None else []),
-            *([PARKED] * sum(x is not None for x in parked)),
-            *([LINED] if line is not None else []),
-            *([RUNNING] * sum(t.startswith(mine) for t in leases)),
-            *([LOST_] * sum(t.startswith(mine) for t in lost)),
-        ]
-        assert len(places) <= 1, f"job {job.id} ({job.state} in the model) is in {places}"
-        status = fields.get(b"status", b"").decode()
-        if places:
-            state = places[0]
-            assert status == STATUS[state], f"job {job.id} is {state} but its hash says {status!r}"
-            if state in (RUNNING, LOST_) and job.claimed is not None:
-                tokens = {t.decode() for t in (leases if state == RUNNING else lost) if t.startswith(mine)}
-                assert tokens == {job.claimed.token}, (
-                    f"job {job.id}: lease {tokens}, attempt {job.claimed.token}"
+            for job in self.jobs.values():
+                queue, scope = job.queue, keys.limit_scope(KEYED.name, job.account)
+                pipe.lpos(keys.queue_key(queue), job.id)
+                for key in (*keys.priority_keys(queue), keys.scheduled_key(queue), DYING):
+                    pipe.zscore(key, job.id)
+                for name in TYPES:
+                    pipe.lpos(keys.parked_key(queue, name), job.id)
+                pipe.zscore(keys.parked_line(queue, scope), job.id)
+                pipe.hmget(keys.job_key(job.id), ["status", "dj_expired"])
+            leases, lost, *replies = pipe.execute()
+        holders: dict[str, list[tuple[str, str]]] = {}
+        for state, tokens in ((RUNNING, leases), (LOST_, lost)):
+            for token in tokens:
+                holders.setdefault(token.decode().rpartition(":")[0], []).append((state, token.decode()))
+        dead = set(DeadLetter.objects.filter(job_id__in=list(self.jobs)).values_list("job_id", flat=True))
+        width = len(replies) // max(len(self.jobs), 1)
+        seen = {}
+        for n, job in enumerate(self.jobs.values()):
+            ready, high, low, scheduled, dying, *parked, line, (status_b, expired) = replies[
+                n * width : (n + 1) * width
+            ]
+            places = [
+                *([WAITING] * sum(x is not None for x in (ready, high, low))),
+                *([SCHEDULED] if scheduled is not None else []),
+                *([DYING_] if dying is not None else []),
+                *([PARKED] * sum(x is not None for x in parked)),
+                *([LINED] if line is not None else []),
+                *(state for state, _ in holders.get(job.id, [])),
+            ]
+            assert len(places) <= 1, f"job {job.id} ({job.state} in the model) is in {places}"
+            status = status_b.decode() if status_b is not None else ""
+            if places:
+                state = places[0]
+                assert status == STATUS[state], f"job {job.id} is {state} but its hash says {status!r}"
+                if state in (RUNNING, LOST_) and job.claimed is not None:
+                    token = holders[job.id][0][1]
+                    assert token == job.claimed.token, (
+                        f"job {job.id}: lease {token}, attempt {job.claimed.token}"
+                    )
+            elif status_b is None:
+                state = GONE
+            elif status in ("finished", "canceled"):
+                state = FINISHED if status == "finished" else EXPIRED if expired is not None else CANCELLED
+            elif status == "failed" and job.id in dead:
+                state = DEAD
+            else:
+                raise AssertionError(
+                    f"job {job.id} ({job.state} in the model) is nowhere, its status {status!r}"
                 )
-            return state
-        if not fields:
-            return GONE
-        if status == "finished":
-            return FINISHED
-        if status == "canceled":
-            return EXPIRED if b"dj_expired" in fields else CANCELLED
-        if status == "failed" and DeadLetter.objects.filter(job_id=job.id).exists():
-            return DEAD
-        raise AssertionError(f"job {job.id} is in no structure and its hash says {status!r}: {fields}")
+            seen[job.id] = state
+        return seen
 
     def reconcile(self, allowed: dict[str, set[str]] | None = None) -> dict[str, str]:
         """Check each job's state against the model; a move ``allowed`` names is taken into it.
         Returns the moves taken (id -> new state)."""
         moved = {}
-        for job in self.jobs.values():
-            seen = self.observe(job)
+        for job_id, seen in self.observe().items():
+            job = self.jobs[job_id]
             if seen == job.state:
                 continue
             assert seen in (allowed or {}).get(job.id, set()), (
