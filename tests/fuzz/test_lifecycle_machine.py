@@ -120,6 +120,8 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.paused_queues: set[str] = set()
         self.paused_types: set[str] = set()
         self.nonces = itertools.count()
+        self.steps = -1  # the invariants run once before the first step
+        RUNS.append(self)
 
     # --- helpers -----------------------------------------------------------------------------------
 
@@ -543,8 +545,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         past = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5)
         OutboxEntry.objects.update(created_at=past)  # older than the sweep's second of grace
         self.maintenance.ledger.sweep()
-        for job in self.in_state(GONE):
+        for job in self.in_state(GONE):  # pushed again as enqueued: a "soon" due time has passed
             job.state = SCHEDULED if job.due_in else WAITING
+            job.due = time.time() if job.due_in == SOON else 0.0
             job.attempts, job.snoozes, job.cancel = 0, 0, False
         self.reconcile()
         rows = set(OutboxEntry.objects.values_list("id", flat=True))
@@ -558,6 +561,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @invariant()
     def one_attempt_per_key(self) -> None:
+        self.steps += 1
         for account in ACCOUNTS:
             holding = [
                 job.id
@@ -584,6 +588,8 @@ def _auditor() -> Any:
 
 
 AUDIT = _auditor()
+#: Each example's machine, for the summary of what the run covered.
+RUNS: list[LifecycleMachine] = []
 
 
 def test_the_lifecycle_holds_under_random_transitions(redis_db, settings):
@@ -600,3 +606,6 @@ def test_the_lifecycle_holds_under_random_transitions(redis_db, settings):
             suppress_health_check=list(HealthCheck),
         ),
     )
+    steps = [run.steps for run in RUNS]
+    ended = sum(1 for run in RUNS for job in run.jobs.values() if job.state in ENDED)
+    print(f"{len(steps)} examples, {sum(steps)} steps (longest {max(steps)}), {ended} jobs ended")
