@@ -13,14 +13,13 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.urls import get_resolver
 from django.utils.module_loading import import_string
 from redis.exceptions import RedisError
-from rq.serializers import JSONSerializer, resolve_serializer
 
-from . import conf, registry
-from .conf import jobs_settings
-from .connections import cluster_mode, queue_configs
-from .eviction import eviction_policy
-from .exceptions import JobNotFound
-from .inspect import server_connections
+from django_jobs import conf
+from django_jobs.conf import jobs_settings
+from django_jobs.core import registry
+from django_jobs.core.connections import cluster_mode, queue_configs, serializer_problem, server_connections
+from django_jobs.exceptions import JobNotFound
+from django_jobs.ops.eviction import eviction_policy
 
 
 def _installed() -> list[str]:
@@ -56,18 +55,6 @@ def check_apps(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
             )
         )
     return problems
-
-
-def serializer_problem(config: Any) -> str | None:
-    """Why django-rq would not decode this queue's jobs with JSON (it reads only the queue's key)."""
-    serializer = config.get("SERIALIZER") if isinstance(config, dict) else None
-    try:
-        resolved = resolve_serializer(serializer)
-    except Exception as exc:
-        return f"SERIALIZER {serializer!r} cannot be loaded ({exc})"
-    if isinstance(resolved, type) and issubclass(resolved, JSONSerializer):
-        return None
-    return f"SERIALIZER is {serializer or 'unset'}, so pickle"
 
 
 def _queue_problems() -> list[CheckMessage]:

@@ -93,7 +93,7 @@ RQ_QUEUES = {
 for _queue, _url in json.loads(os.environ.get("JOBS_TEST_QUEUE_URLS", "{}")).items():
     RQ_QUEUES[_queue] = {"URL": _url, "SERIALIZER": "rq.serializers.JSONSerializer"}
 JOBS = {
-    "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins", "tests.testapp.alerts.remember"],
+    "ALERT_HOOKS": ["django_jobs.failures.alerts.log_and_mail_admins", "tests.testapp.alerts.remember"],
     "LEASE_SECONDS": float(os.environ.get("JOBS_TEST_LEASE", "3")),
     "TIMEOUT_GRACE": 1,
     "CANCEL_GRACE": float(os.environ.get("JOBS_TEST_CANCEL_GRACE", "1")),

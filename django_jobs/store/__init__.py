@@ -1,9 +1,10 @@
 """The job store in Redis: key names (:mod:`.keys`), the job record (:mod:`.record`), and the
-state machine of Lua-scripted transitions (:mod:`.machine`, scripts in ``lua/``)."""
+state machine of Lua-scripted transitions (:mod:`.machine`, its parts beside it, scripts in ``lua/``
+declared in :mod:`.scripts`)."""
 
 from __future__ import annotations
 
-from .keys import (
+from django_jobs.store.keys import (
     DYING,
     JOB_PREFIX,
     LEASES,
@@ -16,7 +17,8 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import (
+from django_jobs.store.machine import Store
+from django_jobs.store.model import (
     Beat,
     CancelResult,
     Claim,
@@ -26,11 +28,9 @@ from .machine import (
     Pushable,
     Scope,
     Settled,
-    Store,
     VanishedId,
-    load,
 )
-from .record import (
+from django_jobs.store.record import (
     JOB_ID,
     JobRecord,
     Status,
@@ -44,6 +44,7 @@ from .record import (
     to_text,
     valid_job_id,
 )
+from django_jobs.store.scripts import load
 
 __all__ = [
     "DYING",

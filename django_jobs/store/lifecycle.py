@@ -426,3 +426,23 @@ TRANSITIONS: tuple[Transition, ...] = (
         "its hash's retention (FINISHED_TTL) ran out",
     ),
 )
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One check of the claim on a popped job (``lua/gates/<name>.lua``), in the order of :data:`GATES`;
+    the lease follows the last. It lets the job pass on, or moves it into one of ``stops``."""
+
+    name: str
+    stops: frozenset[State]
+    doc: str
+
+
+#: The claim's gates, in the order a popped job meets them. A new gate: its file, and a row here.
+GATES: tuple[Gate, ...] = (
+    Gate("expiry", frozenset({State.EXPIRED}), "a job that never started and whose dj_expires passed"),
+    Gate("pause", frozenset({State.PARKED}), "a job of a paused type waits in its parked list"),
+    Gate("line", frozenset({State.IN_LINE}), "a job of a key waits behind its line, or for room"),
+    Gate("concurrency", frozenset({State.SCHEDULED}), "a job of a type at its concurrency limit"),
+    Gate("rate", frozenset({State.SCHEDULED, State.IN_LINE}), "a job over its rate (type, or key)"),
+)

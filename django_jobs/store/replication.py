@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from redis import Redis
 from redis.exceptions import NoScriptError
 
-from . import keys
-from .machine import Pushable, Store, load, push_calls
-from .record import text
+from django_jobs.store import keys
+from django_jobs.store.machine import Store
+from django_jobs.store.model import Pushable
+from django_jobs.store.push import push_calls
+from django_jobs.store.record import text
+from django_jobs.store.scripts import load
 
 
 @dataclass(frozen=True)
@@ -30,14 +33,14 @@ class Confirmed:
 
 def push_confirmed(store: Store, jobs: Iterable[Pushable], replicas: int, timeout: float) -> Confirmed:
     """Push ``jobs`` and wait up to ``timeout`` seconds for ``replicas`` replicas, in one round trip."""
-    calls, args = push_calls(list(jobs))
+    calls = push_calls(list(jobs))
     if not calls:
         return Confirmed(set(), replicas)
     script = load(store.connection, "push")
     for retry in (True, False):
         with store.connection.pipeline(transaction=False) as pipe:
-            for call_keys, data in calls:
-                pipe.evalsha(script.sha, len(call_keys), *call_keys, data, *args)
+            for call_keys, call_args in calls:
+                pipe.evalsha(script.sha, len(call_keys), *call_keys, *call_args)
             # A push of a job already there writes nothing, and WAIT waits only for this connection's
             # last write: this one makes it cover everything the primary has acknowledged so far.
             pipe.incr(keys.REPLICATION_MARK)

@@ -27,12 +27,15 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from .. import conf, metrics, results
-from ..conf import LEDGER, jobs_settings
-from ..durability import ledger_queues, outbox_aliases
-from ..models import DeadLetter, OutboxEntry
-from ..store import Status, Store
-from ..store.replication import note_primary, read_primary
+from django_jobs import conf
+from django_jobs.client.outbox import outbox_aliases
+from django_jobs.conf import LEDGER, jobs_settings
+from django_jobs.core import results
+from django_jobs.models import DeadLetter, OutboxEntry
+from django_jobs.ops.durability import ledger_queues
+from django_jobs.store import Status, Store
+from django_jobs.store.replication import note_primary, read_primary
+from django_jobs.telemetry import metrics
 
 logger = logging.getLogger("django_jobs.worker")
 

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 
-from django_jobs import deadletter
+from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.testing import run_jobs
 from tests.integration.dashboard_support import ALL_PERMISSIONS, drain, operator, record

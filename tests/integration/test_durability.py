@@ -10,9 +10,9 @@ from django.core.checks import run_checks
 from django.db import transaction
 from django.utils import timezone
 
-from django_jobs import metrics
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import Store, keys
+from django_jobs.telemetry import metrics
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
@@ -120,11 +120,11 @@ def test_a_replicated_push_no_replica_confirms_keeps_its_row_and_returns_in_time
     assert list(OutboxEntry.objects.values_list("id", flat=True)) == [handle.id]
     assert metrics.UNREPLICATED.labels("default")._value.get() == before + 1
     age_rows()
-    maintenance(redis_db).relay_outbox()  # re-pushes (a no-op here), still no replica: the row stays
+    maintenance(redis_db).relay.run()  # re-pushes (a no-op here), still no replica: the row stays
     assert OutboxEntry.objects.filter(pk=handle.id).exists()
     assert redis_db.llen(keys.queue_key("default")) == 1
     settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": "replicated", "REPLICAS": 0}
-    maintenance(redis_db).relay_outbox()  # zero replicas asked: confirmed at once, the row goes
+    maintenance(redis_db).relay.run()  # zero replicas asked: confirmed at once, the row goes
     assert not OutboxEntry.objects.exists()
 
 

@@ -16,10 +16,10 @@ from django.db import transaction
 from django.urls import reverse
 
 from django_jobs import CancelResult, cancel, get_job, job, pause, resume
-from django_jobs.enqueue import build
-from django_jobs.envelope import Options
+from django_jobs.client.enqueue import build
+from django_jobs.client.outbox import envelope, row
+from django_jobs.core.envelope import Options
 from django_jobs.models import DeadLetter, OutboxEntry
-from django_jobs.outbox import envelope, row
 from django_jobs.signals import job_expired, job_started
 from django_jobs.store import Status
 from django_jobs.testing import capture_jobs, immediate_jobs, run_jobs

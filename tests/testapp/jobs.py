@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from django_jobs import PermanentError, RetryPolicy, Snooze, idempotent, job
-from django_jobs.batches import batch_callback
-from django_jobs.chains import Page, chain
 from django_jobs.models import Batch
+from django_jobs.workflows.batches import batch_callback
+from django_jobs.workflows.chains import Page, chain
 
 from .models import Item, SideEffect
 
@@ -368,7 +368,7 @@ async def async_overrun(key: str) -> None:
     """Awaits far past its timeout: cancelled on its event loop."""
     import asyncio
 
-    from django_jobs.connections import get_connection
+    from django_jobs.core.connections import get_connection
 
     try:
         await asyncio.sleep(30)
@@ -580,7 +580,7 @@ def reminder(key: str) -> None:
 def snoozy_pages(cursor: int | None, *, page_size: int, returned: bool = False) -> Page | Snooze:
     """``sync_items`` whose every page snoozes on its first run, after writing (the writes roll
     back with the page). Runs are counted in Redis, which no rollback undoes."""
-    from django_jobs.connections import get_connection
+    from django_jobs.core.connections import get_connection
 
     items = list(Item.objects.filter(pk__gt=cursor or 0).order_by("pk")[:page_size])
     for item in items:
@@ -605,7 +605,7 @@ def batch_done(batch: Batch, label: str) -> None:
 @batch_callback(name="tests.batch_flaky_done", timeout=10, retry=FAST)
 def batch_flaky_done(batch: Batch, label: str) -> None:
     """Fails its first run after writing (the write rolls back with the run mark), then succeeds."""
-    from django_jobs.connections import get_connection
+    from django_jobs.core.connections import get_connection
 
     SideEffect.objects.create(key=f"{label}|{batch.pk}")
     if get_connection("default").incr(f"tests:flaky:{batch.pk}") == 1:

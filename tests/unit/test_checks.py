@@ -15,7 +15,8 @@ from django.core.checks import Error, Warning, run_checks
 from django.test import override_settings
 from rq.serializers import JSONSerializer
 
-from django_jobs import checks, job, registry
+from django_jobs import checks, job
+from django_jobs.core import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS = settings.RQ_QUEUES["default"]["URL"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db.models import NOT_PROVIDED
 
-from django_jobs import outbox
+from django_jobs.client import outbox
 from django_jobs.models import OutboxEntry, PlainOutboxEntry
 
 

@@ -1,17 +1,17 @@
--- Close the alert windows that are due. KEYS[1]: alert due. ARGV: window, batch size, then the prefixes
--- of a group's window marker, count and last counted dead letter.
+-- Close the alert windows that are due (in 'due'), at most batch; seconds: the window; then the
+-- prefixes of a group's window marker, count and last counted dead letter.
 -- Exception to "every key in KEYS": a group's keys are known only once its fingerprint is read from
--- KEYS[1]; built from the prefixes in ARGV, on this same server.
+-- due; built from the prefixes in ARGV, on this same server.
 -- Returns {fingerprint, count, last dead letter pk} per closed window; each summary opens the next window.
 ${NOW}
 local out = {}
-for _, fp in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[2])) do
-  redis.call('ZREM', KEYS[1], fp)
-  local count = tonumber(redis.call('GET', ARGV[4] .. fp) or '0')
-  local last = redis.call('GET', ARGV[5] .. fp)
-  redis.call('DEL', ARGV[4] .. fp, ARGV[5] .. fp)
+for _, fp in ipairs(redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, batch)) do
+  redis.call('ZREM', due, fp)
+  local count = tonumber(redis.call('GET', count_prefix .. fp) or '0')
+  local last = redis.call('GET', last_prefix .. fp)
+  redis.call('DEL', count_prefix .. fp, last_prefix .. fp)
   if count > 0 and last then
-    redis.call('SET', ARGV[3] .. fp, '1', 'EX', ARGV[1])
+    redis.call('SET', window_prefix .. fp, '1', 'EX', seconds)
     table.insert(out, {fp, count, last})
   end
 end

@@ -1,4 +1,4 @@
--- Move one member of KEYS[1] behind the others: scored now + ARGV[2] seconds. XX: never resurrect one
+-- Move one member of the sorted set behind the others: scored now + seconds. XX: never resurrect one
 -- that was settled meanwhile.
 ${NOW}
-return redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+return redis.call('ZADD', set, 'XX', now + tonumber(seconds), member)

@@ -1,3 +1,3 @@
--- The members of KEYS[1] scored at most now - ARGV[1] seconds, oldest first, at most ARGV[2].
+-- The members of the sorted set scored at most now - older_than seconds, oldest first, at most limit.
 ${NOW}
-return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[1]), 'LIMIT', 0, tonumber(ARGV[2]))
+return redis.call('ZRANGEBYSCORE', set, '-inf', now - tonumber(older_than), 'LIMIT', 0, tonumber(limit))

@@ -2,7 +2,7 @@
 -- scope's limit is parked in the scope's line of its queue, the sorted set '<index>\n<scope>' (index:
 -- the queue's djjobs:parked:<queue>) scored by the job's turn, and a new job of a scope whose line
 -- holds jobs goes behind them: first come, first served, per key. A parked job's hash says where it
--- waits (dj_line: its scope; dj_turn: its turn) until it starts. The index lists the scopes whose
+-- waits (${F_LINE}: its scope; ${F_TURN}: its turn) until it starts. The index lists the scopes whose
 -- line holds jobs, scored by when maintenance looks at the line next.
 -- The end of an attempt frees its slot and wakes the next parked job (next_turn): back to the end of
 -- its priority on its queue, holding the slot for itself (a reservation: its bare id in the scope's
@@ -10,16 +10,20 @@
 -- that still finds no room goes back to its own turn. A job that goes back to the head of its queue
 -- (its worker died, or runjobs handed it back) keeps its slot the same way, and the front of its line
 -- (keep_turn). Maintenance wakes what a wake-up missed.
--- Goes after the NOW and READY snippets. Keys its callers may build: a scope's line (the index key,
--- '\n', the scope), slots and rate counter (from the prefixes in the limits), and a woken job's hash.
+-- Goes after the NOW and READY snippets. A queue is the table of its keys every script is given (its
+-- index of lines: queue.lines); a scope's keys are {slots = ..., line = ...}, and its limits (the JSON
+-- of Scope.arg, decoded) {concurrency, rate, period, rate_prefix (of its counters), prefix (of the job
+-- hashes), scope (its name), hold (seconds a woken job holds its slot)}; 0 means no such limit.
+-- Keys its callers may build: a scope's line (the index key, '\n', the scope), slots and rate counter
+-- (from the prefixes in the limits), and a woken job's hash.
 
--- A job hash's key value (dj_limit_key) and turn (dj_turn), from its HGETALL reply: read only for a
--- job whose type has limit_key, so that a plain job's claim does not look for them.
+-- A job hash's key value (${F_LIMIT_KEY}) and turn (${F_TURN}), from its HGETALL reply: read only for
+-- a job whose type has limit_key, so that a plain job's claim does not look for them.
 local function key_of(fields)
   local value, turn
   for i = 1, #fields, 2 do
-    if fields[i] == 'dj_limit_key' then value = fields[i + 1]
-    elseif fields[i] == 'dj_turn' then turn = tonumber(fields[i + 1]) end
+    if fields[i] == '${F_LIMIT_KEY}' then value = fields[i + 1]
+    elseif fields[i] == '${F_TURN}' then turn = tonumber(fields[i + 1]) end
   end
   return value, turn
 end
@@ -41,71 +45,69 @@ local function live(leases, lost, slots)
   return n
 end
 
--- How many more jobs of a scope may start now. s: {concurrency, rate count, rate period, the prefix of
--- the scope's rate counters}; 0 means no such limit.
-local function room(leases, lost, slots, s)
-  local free = s[1] > 0 and s[1] - live(leases, lost, slots) or math.huge
-  if s[2] > 0 then
-    local started = tonumber(redis.call('GET', s[4] .. math.floor(now / s[3]))) or 0
-    free = math.min(free, s[2] - started)
+-- How many more jobs of a scope may start now, by its limits (concurrency, rate, period) and the
+-- prefix of its rate counters.
+local function room(leases, lost, slots, limits, counters)
+  local free = limits.concurrency > 0 and limits.concurrency - live(leases, lost, slots) or math.huge
+  if limits.rate > 0 then
+    local started = tonumber(redis.call('GET', counters .. math.floor(now / limits.period))) or 0
+    free = math.min(free, limits.rate - started)
   end
   return free
 end
 
--- Park the job id (hash key) in its scope's line of the queue whose index is given: at its own turn
--- if it had one, else after every job parked so far. The index looks at the line by 'due' at the
--- latest. Every read comes before the first write, so a key of the wrong type changes nothing.
-local function park(index, scope, id, key, turn, due)
-  local line = index .. '\n' .. scope
-  local at = redis.call('ZSCORE', index, scope)
+-- Park the job id (hash key) in its scope's line of the queue: at its own turn if it had one, else
+-- after every job parked so far. The queue's index looks at the line by 'due' at the latest. Every
+-- read comes before the first write, so a key of the wrong type changes nothing.
+local function park(queue, scope, id, key, turn, due)
+  local line = queue.lines .. '\n' .. scope
+  local at = redis.call('ZSCORE', queue.lines, scope)
   if not turn then
     local last = redis.call('ZRANGE', line, -1, -1, 'WITHSCORES')
     turn = math.max(math.floor(now * 1000000), (tonumber(last[2]) or 0) + 1)
   end
   turn = string.format('%.0f', turn)  -- a turn (microseconds) needs all 16 digits
   redis.call('ZADD', line, turn, id)
-  redis.call('HSET', key, 'dj_line', scope, 'dj_turn', turn)
-  if not at or tonumber(at) > due then redis.call('ZADD', index, due, scope) end
+  redis.call('HSET', key, '${F_LINE}', scope, '${F_TURN}', turn)
+  if not at or tonumber(at) > due then redis.call('ZADD', queue.lines, due, scope) end
 end
 
--- Move up to n jobs from the head of a scope's line (of the queue whose index is given) to the end of
--- their priority on that queue (q: its list, high and low sets and wake list), a wake token each;
--- each holds a slot of the scope for 'hold' seconds, or, when its limits are not known (no slots),
--- is let go for good, forgetting its turn. The scope leaves the index once its line is empty.
--- prefix: the job hash prefix. Returns how many moved.
-local function unpark(index, line, scope, n, slots, hold, q, prefix)
-  local moved = 0
+-- Move up to n jobs from the head of a scope's line in the queue to the end of their priority on that
+-- queue, a wake token each; each holds a slot of the scope for 'hold' seconds, or, when its limits
+-- are not known (no slots), is let go for good, forgetting its turn. The scope leaves the index once
+-- its line is empty. prefix: the job hash prefix. Returns how many moved.
+local function unpark(queue, scope, n, slots, hold, prefix)
+  local line, moved = queue.lines .. '\n' .. scope, 0
   while moved < n do
     local top = redis.call('ZPOPMIN', line)
     if not top[1] then break end
     if slots then redis.call('ZADD', slots, now + hold, top[1])
-    else redis.pcall('HDEL', prefix .. top[1], 'dj_line', 'dj_turn') end
-    ready(q[1], q[2], q[3], top[1], priority_in(prefix .. top[1]), false)
+    else redis.pcall('HDEL', prefix .. top[1], '${F_LINE}', '${F_TURN}') end
+    ready(queue, top[1], priority_in(prefix .. top[1]), false)
     moved = moved + 1
   end
   if moved > 0 then
-    for _ = 1, math.min(moved, 64) do redis.call('RPUSH', q[4], 1) end
-    redis.call('LTRIM', q[4], 0, 63)
+    for _ = 1, math.min(moved, 64) do redis.call('RPUSH', queue.wake, 1) end
+    redis.call('LTRIM', queue.wake, 0, 63)
   end
-  if redis.call('ZCARD', line) == 0 then redis.call('ZREM', index, scope) end
+  if redis.call('ZCARD', line) == 0 then redis.call('ZREM', queue.lines, scope) end
   return moved
 end
 
--- The attempt holding the slot 'token' of a scope ended: free the slot, and if the scope has room,
--- wake the next job parked in its line. s: {concurrency, rate count, rate period, rate counter
--- prefix, job hash prefix, scope, seconds a woken job holds its slot}; q as for unpark.
-local function next_turn(leases, lost, slots, line, index, s, q, token)
-  redis.call('ZREM', slots, token)
-  if redis.call('EXISTS', line) == 1 and room(leases, lost, slots, s) > 0 then
-    unpark(index, line, s[6], 1, slots, s[7], q, s[5])
+-- The attempt holding the slot 'token' of a scope (its keys; its limits) ended: free the slot, and if
+-- the scope has room, wake the next job parked in its line of the queue.
+local function next_turn(leases, lost, scope, limits, queue, token)
+  redis.call('ZREM', scope.slots, token)
+  if redis.call('EXISTS', scope.line) == 1 and room(leases, lost, scope.slots, limits, limits.rate_prefix) > 0 then
+    unpark(queue, limits.scope, 1, scope.slots, limits.hold, limits.prefix)
   end
 end
 
 -- The attempt holding the slot 'token' of a scope went back to the head of its queue (job id, hash
 -- key): it holds the slot as a woken job does, and should it find no room all the same, it is parked
--- at the front of its line (turn 0). s as for next_turn.
-local function keep_turn(slots, s, id, key, token)
-  redis.call('ZREM', slots, token)
-  redis.call('ZADD', slots, now + s[7], id)
-  redis.call('HSET', key, 'dj_line', s[6], 'dj_turn', 0)
+-- at the front of its line (turn 0).
+local function keep_turn(scope, limits, id, key, token)
+  redis.call('ZREM', scope.slots, token)
+  redis.call('ZADD', scope.slots, now + limits.hold, id)
+  redis.call('HSET', key, '${F_LINE}', limits.scope, '${F_TURN}', 0)
 end

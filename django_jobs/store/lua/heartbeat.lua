@@ -1,16 +1,16 @@
 -- Extend the leases of running jobs, and tell which of them were asked to stop.
--- KEYS[1]: leases, KEYS[i] (i >= 2): the hash of the job of token ARGV[i].
--- ARGV[1] lease seconds, ARGV[2..] tokens. XX: never resurrect.
+-- Names: the interface in scripts.py; beat(n): a token and its job's hash. XX: never resurrect.
 -- Returns {tokens whose lease is gone (another runjobs has taken those jobs back),
---          tokens whose job carries a cancel request ('dj_cancel')}.
+--          tokens whose job carries a cancel request (${F_CANCEL})}.
 ${NOW}
 local gone, cancel = {}, {}
-for i = 2, #ARGV do
-  if redis.call('ZADD', KEYS[1], 'XX', 'CH', now + tonumber(ARGV[1]), ARGV[i]) == 0
-     and not redis.call('ZSCORE', KEYS[1], ARGV[i]) then
-    table.insert(gone, ARGV[i])
-  elseif redis.pcall('HEXISTS', KEYS[i], 'dj_cancel') == 1 then  -- pcall: a garbage key stops no renewal
-    table.insert(cancel, ARGV[i])
+local until_ = now + tonumber(lease_seconds)
+for n = 1, beat_count do
+  local b = beat(n)
+  if redis.call('ZADD', leases, 'XX', 'CH', until_, b.token) == 0 and not redis.call('ZSCORE', leases, b.token) then
+    table.insert(gone, b.token)
+  elseif redis.pcall('HEXISTS', b.hash, '${F_CANCEL}') == 1 then  -- pcall: a garbage key stops no renewal
+    table.insert(cancel, b.token)
   end
 end
 return {gone, cancel}

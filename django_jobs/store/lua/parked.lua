@@ -1,8 +1,8 @@
 -- Read-only. For each queue's index of parked lines in KEYS (see fair.lua): {jobs parked in the
--- first ARGV[1] lines it lists, 1 if those are all of its lines or else 0}. A key of the wrong type
+-- first 'most' lines it lists, 1 if those are all of its lines or else 0}. A key of the wrong type
 -- reads as empty.
 -- Exception to "every key in KEYS": the lines, named by the index key, '\n' and a member of the index.
-local most = tonumber(ARGV[1])
+most = tonumber(most)
 local out = {}
 for i, index in ipairs(KEYS) do
   local found = {0, 1}

@@ -7,7 +7,7 @@
 
 -- The priority a job hash records; 0 when absent, not a hash, or nothing django_jobs writes.
 local function priority_in(key)
-  local p = tonumber(redis.pcall('HGET', key, 'dj_priority'))
+  local p = tonumber(redis.pcall('HGET', key, '${F_PRIORITY}'))
   if p and p >= -100 and p <= 100 and p == math.floor(p) then return p end
   return 0
 end
@@ -16,12 +16,13 @@ end
 -- band's tail up once. Nothing else writes while a script runs.
 local tails = {}
 
-local function ready(list, high, low, id, priority, at_head)
+-- queue: its keys, as every script is given them (list, high, low ...).
+local function ready(queue, id, priority, at_head)
   if priority == 0 then
-    if at_head then redis.call('LPUSH', list, id) else redis.call('RPUSH', list, id) end
+    if at_head then redis.call('LPUSH', queue.list, id) else redis.call('RPUSH', queue.list, id) end
     return
   end
-  local set = priority > 0 and high or low
+  local set = priority > 0 and queue.high or queue.low
   local band = ${BAND}
   local base = (100 - priority) * band
   local tail = set .. '\n' .. priority

@@ -9,7 +9,9 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
-from django_jobs import cancel, pausing, registry
+from django_jobs import cancel
+from django_jobs.core import registry
+from django_jobs.flow import pausing
 from django_jobs.store import Claimed, Store, keys, read
 from django_jobs.store.audit import audit
 from django_jobs.store.lifecycle import State

@@ -1,0 +1,156 @@
+"""The claim: complete the previous job and lease the next one, in one script whose gates
+(``lua/gates/``, :data:`.scripts.GATES`) decide what a popped job may do; and the heartbeat that
+keeps leases alive."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import json
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from django_jobs.store import keys
+from django_jobs.store.lifecycle import F
+from django_jobs.store.model import PARK_RECHECK, Beat, Claim, Claimed, Finished
+from django_jobs.store.record import JobRecord, int_field, rq_timestamp, split_token, text
+from django_jobs.store.scripts import Part, queue_keys
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
+    return {
+        k.decode() if isinstance(k, bytes) else str(k): v for k, v in zip(flat[::2], flat[1::2], strict=False)
+    }
+
+
+def _expired(queues: Sequence[str], flat: Sequence[Any] | None) -> tuple[Claimed, ...]:
+    """The jobs a claim dropped because they expired: its reply's (queue number, id, fields) triples."""
+    if not flat:
+        return ()  # the plain path: nothing expired, and the script said so with a nil
+    return tuple(
+        Claimed(queues[int(number) - 1], text(job_id), "", JobRecord(text(job_id), _pairs(fields)))
+        for number, job_id, fields in zip(flat[::3], flat[1::3], flat[2::3], strict=True)
+    )
+
+
+def limit_entries(limits: str, limited: list[str], queues: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+    """The limits of the claim script (see its header), by name, from ``registry.limits_json()``:
+    a type's slots and, while it is paused, its parked lists (one per queue of ``queues``) are
+    appended to ``limited`` once per canonical name, and named by their number there."""
+    slots: dict[str, int] = {}
+    parked: dict[str, int] = {}
+    entries = {}
+    for name, (concurrency, count, period, canonical, *flags) in json.loads(limits).items():
+        keyed, paused = flags[:1] == [True], flags[1:2] == [True]
+        if concurrency > 0 and not keyed and canonical not in slots:
+            limited.append(keys.slots_key(canonical))
+            slots[canonical] = len(limited)
+        if paused and canonical not in parked:
+            parked[canonical] = len(limited) + 1
+            limited += [keys.parked_key(queue, canonical) for queue in queues]
+        entry: dict[str, Any] = {"concurrency": concurrency, "rate": count, "period": period}
+        if keyed:
+            entry |= {"slots": 0, "rate_prefix": keys.RATE_PREFIX, "slots_prefix": keys.SLOTS_PREFIX}
+            entry["scope"] = keys.limit_scope(canonical, "")
+        else:
+            entry |= {"slots": slots.get(canonical, 0), "rate_prefix": keys.rate_prefix(canonical)}
+        if paused:
+            entry |= {"paused_field": keys.pause_field("job", canonical), "parked": parked[canonical]}
+            entry["canonical"] = canonical
+        entries[name] = entry
+    return entries
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_layout(
+    queues: tuple[str, ...], limits: str, prioritized: str
+) -> tuple[list[dict[str, str]], list[str], str]:
+    """The claim's queues, its limited keys and its limits argument for these queues, limits and
+    prioritized queues ('1' per queue whose high set may hold jobs).
+
+    Worked out once per worker and set of pauses (the arguments do not change between claims), so a
+    claim costs nothing more than it did when the script built the names itself.
+    """
+    items = [
+        {**queue_keys(queue), "name": queue, "prioritized": flag}
+        for queue, flag in zip(queues, prioritized, strict=True)
+    ]
+    limited: list[str] = []
+    entries = limit_entries(limits, limited, queues)
+    return items, limited, json.dumps(entries) if entries else "{}"
+
+
+class Claiming(Part):
+    """The claim, the completion it carries, and the heartbeat of the leases it gives."""
+
+    def complete_and_claim(
+        self,
+        queues: Sequence[str],
+        *,
+        finished: Finished | None,
+        worker_name: str,
+        lease_seconds: float,
+        nonce: str,
+        finished_ttl: int,
+        limits: str = "{}",
+        limit_wait: float = 0.5,
+        prioritized: Collection[str] | None = None,
+    ) -> Claim:
+        """Complete ``finished`` if given, then claim the next job, in one round trip.
+
+        ``limits`` is the JSON of ``registry.limits_json``; a job over its limit is deferred, not
+        claimed, and one that expired before it started is dropped, never run (:attr:`Claim.expired`).
+        ``prioritized``: the queues whose high-priority set may hold jobs (:meth:`claim_state`; None:
+        all); another queue's is asked only once its list is empty, which spares a plain claim a command.
+        """
+        high = "".join("1" if prioritized is None or q in prioritized else "0" for q in queues)
+        items, limited, limit_arg = _claim_layout(tuple(queues), limits, high)
+        call: dict[str, Any] = {
+            "leases": keys.LEASES, "dying": keys.DYING, "vanished": keys.VANISHED, "lost": keys.LOST,
+            "paused": keys.PAUSED, "parked_lists": keys.PARKED,
+            "stamp": rq_timestamp(dt.datetime.now(dt.UTC)),
+            "finished_ttl": finished_ttl, "worker": worker_name, "lease_seconds": lease_seconds,
+            "nonce": nonce, "limits": limit_arg, "backoff": limit_wait, "prefix": keys.JOB_PREFIX,
+            "recheck": PARK_RECHECK, "queue": items, "limited": limited,
+        }  # fmt: skip
+        reply = self.scripts.complete_and_claim(**call, **_done(finished))
+        ok, expired = bool(reply[0]), _expired(queues, reply[1])
+        while len(reply) == 3:  # it deferred, parked or dropped a batch of jobs: look behind them
+            reply = self.scripts.complete_and_claim(**call, **_done(None))
+            expired += _expired(queues, reply[1])
+        if len(reply) == 2:
+            return Claim(ok, None, expired)
+        number, job_id, token_b, flat = reply[2:]
+        fields = _pairs(flat)
+        fields[F.ATTEMPT] = str(int_field(fields, F.ATTEMPT, 0) + 1).encode()  # as the script counted
+        record = JobRecord(job_id.decode(), fields)
+        return Claim(
+            ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record, worker_name), expired
+        )
+
+    def complete(self, finished: Finished, finished_ttl: int) -> bool:
+        """Mark one attempt finished, claiming nothing (the hot path completes inside the next claim)."""
+        return self.complete_and_claim(
+            [], finished=finished, worker_name="", lease_seconds=0, nonce="", finished_ttl=finished_ttl
+        ).completed
+
+    def heartbeat(self, tokens: Sequence[str], lease_seconds: float) -> Beat:
+        """Extend these leases; returns the tokens that no longer hold one, and those asked to stop."""
+        if not tokens:
+            return Beat(set(), set())
+        beats = [{"hash": keys.job_key(split_token(token)), "token": token} for token in tokens]
+        gone, cancelled = self.scripts.heartbeat(leases=keys.LEASES, lease_seconds=lease_seconds, beat=beats)
+        return Beat({text(t) for t in gone}, {text(t) for t in cancelled})
+
+
+def _done(finished: Finished | None) -> dict[str, Any]:
+    """The claim's names for the job it completes: its hash, token and result, its queue, its scope."""
+    if finished is None:
+        return {"done": None, "done_queue": None, "scope": None}
+    done = {
+        "hash": keys.job_key(split_token(finished.token)),
+        "token": finished.token,
+        "result": finished.result or "",
+    }
+    scope = finished.scope.places(finished.queue) if finished.scope else None
+    return {"done": done, "done_queue": queue_keys(finished.queue), "scope": scope}

@@ -1,0 +1,71 @@
+"""The push of a batch of jobs: one script call per chunk, each queue's keys and each job's once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django_jobs.store import keys
+from django_jobs.store.model import Pushable
+from django_jobs.store.record import text
+from django_jobs.store.scripts import INTERFACES, Part, queue_keys
+
+#: Wake-up tokens a push leaves at most in a queue's wake list.
+WAKE_CAP = 64
+#: Seconds a unique key's marker (and a replaced job's tombstone) lives.
+UNIQUE_TTL = 7 * 24 * 3600
+
+
+def push_calls(batch: Sequence[Pushable], chunk: int = 500) -> list[tuple[list[Any], list[Any]]]:
+    """The push script's calls for ``batch``: KEYS and ARGV per chunk of jobs."""
+    return [_push_call(batch[start : start + chunk]) for start in range(0, len(batch), chunk)]
+
+
+def _push_call(jobs: Sequence[Pushable]) -> tuple[list[Any], list[Any]]:
+    """One push: each queue named once (a job says its queue's number), each job's hash, each marker."""
+    number: dict[str, int] = {}
+    hashes, markers, batch = [], [], []
+    for j in jobs:
+        if j.queue not in number:
+            number[j.queue] = len(number) + 1
+        hashes.append(keys.job_key(j.id))
+        marker = 0
+        if j.unique_key:
+            markers.append(keys.unique_key(j.unique_key))
+            marker = len(markers)
+        fields = [item for pair in j.fields().items() for item in pair]
+        batch.append([j.id, number[j.queue], j.due, fields, marker, j.debounce, j.priority])
+    return INTERFACES["push"].pack(
+        queues_set=keys.QUEUES_SET,
+        queue=[queue_keys(queue) for queue in number],
+        job=hashes,
+        marker=markers,
+        jobs=json.dumps(batch),
+        wake_cap=WAKE_CAP,
+        unique_ttl=UNIQUE_TTL,
+        prefix=keys.JOB_PREFIX,
+        sched_prefix=keys.scheduled_key(""),
+    )
+
+
+class Pushing(Part):
+    """The push."""
+
+    def push(self, jobs: Iterable[Pushable], chunk: int = 500) -> set[str]:
+        """Push jobs in one round trip; returns the ids not pushed (already there, or unique duplicates)."""
+        calls = push_calls(list(jobs), chunk)
+        seen: set[str] = set()
+        if not calls:
+            return seen
+        script = self.scripts.push.script
+        if len(calls) == 1:  # the common case: one EVALSHA, no pipeline (which would add SCRIPT EXISTS)
+            results = [script(keys=calls[0][0], args=calls[0][1])]
+        else:
+            with self.connection.pipeline(transaction=False) as pipe:
+                for call_keys, call_args in calls:
+                    script(keys=call_keys, args=call_args, client=pipe)
+                results = pipe.execute()
+        for result in results:
+            seen.update(text(x) for x in result)
+        return seen
