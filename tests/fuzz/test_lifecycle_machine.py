@@ -44,11 +44,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from django_jobs import cancellation, execution, outcomes, pausing, registry
 from django_jobs.conf import jobs_settings
+from django_jobs.core import cancellation, execution, outcomes, registry
 from django_jobs.exceptions import PermanentError, Snooze
+from django_jobs.flow import pausing
+from django_jobs.flow.pausing import Held
 from django_jobs.models import DeadLetter, OutboxEntry
-from django_jobs.pausing import Held
 from django_jobs.store import DYING, LEASES, LOST, CancelResult, Claimed, Finished, Settled, Store, keys
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
@@ -434,7 +435,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         from Redis only (a resume that died half-way), and maintenance puts the parked jobs back."""
         if by_hand:
             self.store.resume("job", name)
-            self.maintenance.release_parked()
+            self.maintenance.parked.run()
         else:
             pausing.resume(job=name)
         self.paused_types.discard(name)
@@ -482,7 +483,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         lost = [
             job for job in self.jobs.values() if job.state == LOST_ or (job.state == RUNNING and job.short)
         ]
-        self.maintenance.promote_and_reap()
+        self.maintenance.reaper.run()
         self._promoted_and_reaped()
         self.reconcile(self.wakeable())
         for job in lost:
@@ -502,7 +503,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         """Maintenance buries what a dead worker left "dying", once it is three leases old."""
         if self.in_state(DYING_):
             time.sleep(3 * jobs_settings.LEASE_SECONDS + 0.005)
-        self.maintenance.finish_dying()
+        self.maintenance.dying.run()
         for job in self.in_state(DYING_):
             job.state = DEAD
         self.reconcile()
