@@ -13,8 +13,8 @@ Redis (which structure holds its id, and what its hash says) and must be the mod
 may move jobs the model cannot name one by one (which job a claim parks or drops behind the one it
 leases, which parked job an ended attempt wakes), the step says which moves are allowed and the
 model follows what Redis did. After every step too: no id in two structures, at most one attempt
-per key of a ``limit_key`` job holds a lease, and, once ``django_jobs.store.audit`` exists, the
-auditor finds no problem.
+per key of a ``limit_key`` job holds a lease, and the auditor (``django_jobs.store.audit``) finds
+no problem.
 
 Small in CI: ``JOBS_STATEFUL_EXAMPLES`` (default 10) examples of ``JOBS_STATEFUL_STEPS`` (default
 30) steps, from a fixed seed. A long run: ``JOBS_STATEFUL_STEPS=2000 JOBS_STATEFUL_EXAMPLES=3``, and
@@ -24,7 +24,6 @@ Small in CI: ``JOBS_STATEFUL_EXAMPLES`` (default 10) examples of ``JOBS_STATEFUL
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import itertools
 import os
 import time
@@ -51,6 +50,7 @@ from django_jobs.flow import pausing
 from django_jobs.flow.pausing import Held
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import DYING, LEASES, LOST, CancelResult, Claimed, Finished, Settled, Store, keys
+from django_jobs.store.audit import audit
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
 
@@ -573,22 +573,10 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @invariant()
     def audited(self) -> None:
-        if AUDIT is None:
-            return
-        found = AUDIT(self.client, QUEUES)
+        found = audit(self.client, QUEUES)
         assert found.ok, f"the auditor found: {found.problems}"
 
 
-def _auditor() -> Any:
-    """``django_jobs.store.audit.audit`` once it exists; until then the machine's own checks stand."""
-    if importlib.util.find_spec("django_jobs.store.audit") is None:
-        return None
-    from django_jobs.store.audit import audit
-
-    return audit
-
-
-AUDIT = _auditor()
 #: Each example's machine, for the summary of what the run covered.
 RUNS: list[LifecycleMachine] = []
 
