@@ -131,7 +131,12 @@ def _redact_problems() -> list[CheckMessage]:
 
 
 def _alert_hook_problems() -> list[CheckMessage]:
-    """A hook that cannot be imported would fail only when a job is dead-lettered: a silent alert."""
+    """A hook that cannot be imported would fail only when a job is dead-lettered: a silent alert.
+    A value that cannot be read as a list is E014's."""
+    try:
+        hooks = jobs_settings.ALERT_HOOKS
+    except TypeError:
+        return []
     return [
         Error(
             f"JOBS['ALERT_HOOKS'][{n}] cannot be used: {problem}.",
@@ -139,7 +144,7 @@ def _alert_hook_problems() -> list[CheckMessage]:
             "'django_jobs.failures.alerts.log_and_mail_admins'.",
             id="django_jobs.E035",
         )
-        for n, hook in enumerate(jobs_settings.ALERT_HOOKS)
+        for n, hook in enumerate(hooks)
         if (problem := _callable_problem(hook))
     ]
 
