@@ -48,6 +48,13 @@ class OutboxEntry(OutboxFields):
     limit_key = models.CharField(
         max_length=100, default="", db_default="", blank=True, help_text="The key its limits count under."
     )
+    pushed_to = models.CharField(
+        max_length=64,
+        default="",
+        db_default="",
+        blank=True,
+        help_text="The run_id of the Redis server it was pushed to, unconfirmed by replicas.",
+    )
 
     class Meta:
         verbose_name = "outbox entry"

@@ -34,6 +34,8 @@ MAX_HELD = 1000  # rows; more are written at once, so memory stays bounded in hu
 #: The columns of :class:`OutboxEntry` that :class:`PlainOutboxEntry` leaves to their database
 #: defaults, each filled from the envelope's attribute of the same name.
 EXTRA = ("priority", "trace", "expires", "batch", "limit_key")
+#: The columns of :class:`OutboxEntry` only the relay writes: every insert leaves them to their default.
+RELAYED = ("pushed_to",)
 
 
 def _columns(envelope: Envelope) -> dict[str, Any]:
