@@ -22,7 +22,6 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_jobs.core.envelope import Envelope
@@ -189,8 +188,3 @@ def take_committed(connection: BaseDatabaseWrapper) -> dict[str, Envelope]:
     """
     state = _transactions.get(connection)
     return {} if state is None else state.committed()
-
-
-def outbox_aliases() -> list[str]:
-    """The databases that hold an outbox table."""
-    return [alias for alias in connections if router.allow_migrate_model(alias, OutboxEntry)]

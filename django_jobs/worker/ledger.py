@@ -28,10 +28,9 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_jobs import conf
-from django_jobs.client.outbox import outbox_aliases
 from django_jobs.conf import LEDGER, REPLICATED, jobs_settings
 from django_jobs.core import results
-from django_jobs.models import DeadLetter, OutboxEntry
+from django_jobs.models import DeadLetter, OutboxEntry, outbox_aliases
 from django_jobs.ops.durability import ledger_queues
 from django_jobs.store import Status, Store
 from django_jobs.store.replication import note_primary, read_primary
