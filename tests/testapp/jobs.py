@@ -629,3 +629,30 @@ def gate(key: str, path: str) -> None:
     with idempotent(f"gate:{key}") as first:
         if first:
             SideEffect.objects.create(key=key)
+
+
+# --- connection hygiene: what a job leaves behind on its connections -------------------------------
+
+
+@job(name="tests.leaves_atomic_open", timeout=10, retry=ONCE)
+def leaves_atomic_open(key: str) -> None:
+    """Returns from inside an ``atomic()`` block it never exits: its row is never committed."""
+    from django.db import transaction
+
+    transaction.atomic().__enter__()
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.async_leaves_atomic_open", timeout=10, retry=ONCE)
+async def async_leaves_atomic_open(key: str) -> None:
+    """The same through the async ORM: the open block is on the connection of its sync thread."""
+    from asgiref.sync import sync_to_async
+    from django.db import transaction
+
+    await sync_to_async(transaction.atomic().__enter__)()
+    await SideEffect.objects.acreate(key=key)
+
+
+@job(name="tests.async_record", timeout=10, retry=FAST)
+async def async_record(key: str) -> None:
+    await SideEffect.objects.acreate(key=key)
