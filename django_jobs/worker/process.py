@@ -34,6 +34,8 @@ logger = logging.getLogger("django_jobs.worker")
 _PR_SET_PDEATHSIG = 1
 #: ``runjobs --burst`` stays for scheduled jobs (retries, delayed jobs) due within this many seconds.
 BURST_WAIT = 60.0
+#: The exit code of a work process that ran its ``--max-jobs``: the supervisor starts another in its place.
+RECYCLED = 3
 #: A claim that only completes the last job: no queue asked.
 _COMPLETE_ONLY = Plan([], "{}", frozenset())
 #: The reports that carry nothing but their kind, as sent: a plain job's cost no encoding.
@@ -141,7 +143,7 @@ class WorkProcess:
             got = self._claim(served, stopping, f"{nonce_base}{done}")
             if got is None:
                 if self._idle(served, stopping, where):
-                    return 0
+                    return RECYCLED if self.max_jobs and done >= self.max_jobs else 0
                 continue
             one, claimed = got
             one.finished = self._attempt(one.store, claimed, sent)

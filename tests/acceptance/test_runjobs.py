@@ -140,8 +140,38 @@ def test_an_unknown_queue_is_a_clear_fatal_error(runjobs):
     assert "nope" in worker.output()
 
 
-def test_max_jobs_stops_each_work_process_after_that_many_jobs(runjobs):
-    jobs.record.enqueue_many([(f"m{i}",) for i in range(10)])
-    worker = runjobs("--max-jobs", "3")
+def test_max_jobs_recycles_each_work_process_after_that_many_jobs_and_keeps_serving(runjobs):
+    jobs.record.enqueue_many([(f"m{i}",) for i in range(6)])
+    worker = runjobs("--max-jobs", "2")
+    wait_for(lambda: SideEffect.objects.count() == 6)  # three work processes, one after the other
+    assert worker.proc.poll() is None
+    jobs.record.enqueue("later")
+    wait_for(lambda: SideEffect.objects.filter(key="later").exists())
+    assert worker.terminate() == 0, worker.output()
+
+
+def test_max_jobs_with_burst_recycles_until_the_queue_is_drained_then_exits(runjobs):
+    jobs.record.enqueue_many([(f"m{i}",) for i in range(7)])
+    worker = runjobs("--max-jobs", "2", "--burst", "--burst-wait", "0")
     assert worker.proc.wait(60) == 0, worker.output()
-    assert SideEffect.objects.count() == 3
+    assert SideEffect.objects.count() == 7
+
+
+def _ready(worker) -> bool:
+    return "serving" in worker.output()
+
+
+def test_the_first_job_after_start_up_starts_as_fast_as_the_next_ones(runjobs):
+    """From the job's enqueue to its attempt's start, both stamped in its record: the first job a
+    fresh runjobs serves waits no longer than the next one (a missed wake-up costs a second)."""
+    jobs.record.enqueue_in(3600, "warm-up")  # the client's own first enqueue is not the worker's cost
+    worker = runjobs("default", extra_env={"JOBS_TEST_LOG": "INFO"})
+    wait_for(lambda: _ready(worker))
+    waits = []
+    for key in ("first", "second"):
+        handle = jobs.record.enqueue(key)
+        wait_for(lambda key=key: SideEffect.objects.filter(key=key).exists())
+        state = handle.state()
+        waits.append((state.started_at - state.enqueued_at).total_seconds())
+    assert waits[0] < 0.3, waits
+    assert worker.proc.poll() is None
