@@ -485,9 +485,9 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
-        self._maintain()
         for _ in range(self.concurrency):
             self._spawn()
+        self._maintain()  # after the spawn: a job enqueued now is claimed while the first pass runs
         burst = f" until no job is due within {self.burst_wait:g} s" if self.burst else ""
         where = "; ".join(
             f"{', '.join(server.queues)} on Redis {redis_location(server.connection)}"

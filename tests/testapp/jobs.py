@@ -656,3 +656,15 @@ async def async_leaves_atomic_open(key: str) -> None:
 @job(name="tests.async_record", timeout=10, retry=FAST)
 async def async_record(key: str) -> None:
     await SideEffect.objects.acreate(key=key)
+
+
+@job(name="tests.session_start", timeout=10, retry=FAST)
+def session_start(key: str) -> None:
+    """Records when its PostgreSQL session began, as ``<key>:<epoch seconds>``."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM backend_start) FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        )
+        SideEffect.objects.create(key=f"{key}:{cursor.fetchone()[0]}")
