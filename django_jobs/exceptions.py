@@ -100,5 +100,10 @@ class ResultError(PermanentError, TypeError):
     """The job returned a value that cannot be stored as JSON: return IDs and plain values."""
 
 
+class TransactionLeftOpen(PermanentError):
+    """The job returned inside a transaction it never ended (an ``atomic()`` block left open, or
+    autocommit turned off): its uncommitted writes were rolled back, so its work did not happen."""
+
+
 class JobDoesNotExist(JobsError, LookupError):
     """No job has this id, or its record outlived ``JOBS["FINISHED_TTL"]`` and was removed."""

@@ -30,6 +30,7 @@ from django_jobs.exceptions import (
     PayloadTooLarge,
     Snooze,
     SnoozedTooOften,
+    TransactionLeftOpen,
     WorkerLost,
 )
 from django_jobs.models import DeadLetter
@@ -274,12 +275,24 @@ def soft_timeout(seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - armed), 1e-6))
 
 
+def _in_transaction(conn: BaseDatabaseWrapper) -> bool:
+    return conn.in_atomic_block or not conn.get_autocommit()
+
+
 def _needs_closing(conn: BaseDatabaseWrapper) -> bool:
-    leaked_transaction = conn.in_atomic_block or not conn.get_autocommit()
     broken = conn.errors_occurred and not conn.is_usable()
     max_age = conn.settings_dict["CONN_MAX_AGE"]
     expired = bool(max_age) and conn.close_at is not None and time.monotonic() >= conn.close_at
-    return leaked_transaction or broken or expired
+    return _in_transaction(conn) or broken or expired
+
+
+def _discard(conn: BaseDatabaseWrapper) -> None:
+    """Close ``conn`` so that its next use reconnects, even inside an ``atomic()`` block the job
+    never exited: there Django's ``close()`` keeps the closed connection, marked closed in a
+    transaction, and every later query on it fails. Closing it rolls the transaction back."""
+    conn.in_atomic_block, conn.atomic_blocks, conn.savepoint_ids = False, [], []
+    conn.needs_rollback, conn.closed_in_transaction, conn.commit_on_exit = False, False, True
+    conn.close()
 
 
 def db_hygiene(interrupted: bool = False, caller: Collection[str] | None = None) -> None:
@@ -290,7 +303,8 @@ def db_hygiene(interrupted: bool = False, caller: Collection[str] | None = None)
     that stopped answering), which leaves its connection unable to take another: close them all.
 
     Unlike ``close_old_connections``, a ``CONN_MAX_AGE=0`` connection is kept while usable, so a
-    worker does not reconnect for every job.
+    worker does not reconnect for every job. It sees this thread's connections only: an ``async
+    def`` job's ORM thread gets its own (:class:`OrmThread`).
 
     ``caller``: the attempt runs in the caller's process, not a worker's; the connections it names
     (:func:`caller_transactions`) hold the caller's transaction, such as the one Django's ``TestCase``
@@ -300,20 +314,50 @@ def db_hygiene(interrupted: bool = False, caller: Collection[str] | None = None)
         if caller is not None and conn.alias in caller:
             continue
         if conn.connection is not None and (interrupted or _needs_closing(conn)):
-            conn.close()
+            _discard(conn)
         conn.errors_occurred = False
     if settings.DEBUG:
         reset_queries()
 
 
 def caller_transactions() -> frozenset[str]:
-    """The connections inside a transaction now: a test's wrapping one (``TestCase``, pytest-django's
-    ``db``) or the caller's own block. An attempt run in the caller's process leaves them to the
-    caller (:func:`db_hygiene`): closing one would end the caller's transaction under it."""
+    """The connections of this thread inside a transaction now: a test's wrapping one (``TestCase``,
+    pytest-django's ``db``) or the caller's own block. An attempt run in the caller's process leaves
+    them to the caller (:func:`db_hygiene`): closing one would end the caller's transaction under it.
+    After a job returned, the others are the transactions it left open."""
     return frozenset(
         conn.alias
         for conn in connections.all(initialized_only=True)
-        if conn.connection is not None and (conn.in_atomic_block or not conn.get_autocommit())
+        if conn.connection is not None and _in_transaction(conn)
+    )
+
+
+class OrmThread:
+    """The connection hygiene of the thread an ``async def`` job's ORM calls run in: asgiref's
+    thread-sensitive thread, whose connections outlive the job as the work process's own do, and
+    which the attempt's own :func:`db_hygiene` never sees. ``invocation.call`` runs :meth:`before`
+    and :meth:`after` there; ``leaked`` is what the job left open there."""
+
+    def __init__(self, in_caller: bool) -> None:
+        self.in_caller = in_caller
+        self.caller: frozenset[str] = frozenset()
+        self.leaked: frozenset[str] = frozenset()
+
+    def before(self) -> None:
+        if self.in_caller:  # a caller's transaction in that thread, if it has one, stays its own
+            self.caller = caller_transactions()
+        db_hygiene(caller=self.caller)
+
+    def after(self) -> None:
+        self.leaked = caller_transactions() - self.caller
+        db_hygiene(caller=self.caller)
+
+
+def _left_open(name: str, leaked: Collection[str]) -> TransactionLeftOpen:
+    return TransactionLeftOpen(
+        f"Job {name} returned inside a transaction it never ended (an atomic() block left open, or "
+        f"autocommit turned off) on database {', '.join(sorted(leaked))}: its writes there were rolled "
+        "back. End every atomic() block with `with`."
     )
 
 
@@ -339,10 +383,13 @@ def _attempt(
     try:
         db_hygiene(caller=caller)
         attempt = JobContext(claimed.id, definition.name, claimed.queue, claimed.attempt)
+        orm = OrmThread(caller is not None) if definition.is_async else None
+        func, timeout, is_async = definition.func, definition.timeout, definition.is_async
         with running(attempt), binding(_claimed, claimed), soft_timeout(alarm):
-            value = invocation.call(
-                definition.func, args, kwargs, timeout=definition.timeout, is_async=definition.is_async
-            )
+            value = invocation.call(func, args, kwargs, timeout=timeout, is_async=is_async, tidy=orm)
+        leaked = caller_transactions().difference(caller or ()) | (orm.leaked if orm else frozenset())
+        if leaked:
+            return _left_open(definition.name, leaked), None
         if isinstance(value, Snooze):
             return value, None
         return None, invocation.result_json(definition.name, value) if definition.store_result else None

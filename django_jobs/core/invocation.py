@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
+
+from asgiref.sync import sync_to_async
 
 from django_jobs.exceptions import JobTimeout, ResultError
 
@@ -17,14 +19,44 @@ from django_jobs.exceptions import JobTimeout, ResultError
 ASYNC_ALARM_MARGIN = 1.0
 
 
+class Tidy(Protocol):
+    """Connection hygiene of the thread an ``async def`` job's ORM calls run in."""
+
+    def before(self) -> None: ...
+
+    def after(self) -> None: ...
+
+
 def call(
-    func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], *, timeout: float, is_async: bool
+    func: Callable[..., Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    *,
+    timeout: float,
+    is_async: bool,
+    tidy: Tidy | None = None,
 ) -> Any:
     """Run ``func`` and return what it returned; an ``async def`` one on a fresh event loop, where
-    its timeout cancels it (``JobTimeout``), as the soft timeout stops a plain one."""
+    its timeout cancels it (``JobTimeout``), as the soft timeout stops a plain one.
+
+    ``tidy``: run before and after an ``async def`` job through ``sync_to_async``, so in the thread
+    the async ORM uses (asgiref's thread-sensitive one, which outlives the job), never seen from
+    the calling thread."""
     if not is_async:
         return func(*args, **kwargs)
-    return asyncio.run(_bounded(func(*args, **kwargs), timeout))
+    return asyncio.run(_tidied(func, args, kwargs, timeout, tidy))
+
+
+async def _tidied(
+    func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], timeout: float, tidy: Tidy | None
+) -> Any:
+    if tidy is None:
+        return await _bounded(func(*args, **kwargs), timeout)
+    await sync_to_async(tidy.before)()
+    try:
+        return await _bounded(func(*args, **kwargs), timeout)
+    finally:  # after a call the job's timeout cancelled, this waits for it: the alarm bounds that
+        await sync_to_async(tidy.after)()
 
 
 async def _bounded(awaitable: Awaitable[Any], timeout: float) -> Any:

@@ -7,6 +7,7 @@ round trip as the next claim.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -16,6 +17,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from django.db import DatabaseError, connections
 from redis import Redis
 from redis.exceptions import RedisError
 
@@ -34,6 +36,8 @@ logger = logging.getLogger("django_jobs.worker")
 _PR_SET_PDEATHSIG = 1
 #: ``runjobs --burst`` stays for scheduled jobs (retries, delayed jobs) due within this many seconds.
 BURST_WAIT = 60.0
+#: The exit code of a work process that ran its ``--max-jobs``: the supervisor starts another in its place.
+RECYCLED = 3
 #: A claim that only completes the last job: no queue asked.
 _COMPLETE_ONLY = Plan([], "{}", frozenset())
 #: The reports that carry nothing but their kind, as sent: a plain job's cost no encoding.
@@ -125,6 +129,7 @@ class WorkProcess:
     def run(self) -> int:
         execution.keep_alarm()  # install_signals runs before the first job and after each one
         served = [Served.of(server) for server in self.servers]
+        self._warm_up(served)
         by_queue = {queue: one for one in served for queue in one.queues}
 
         def where(queue: str) -> Redis | None:
@@ -141,7 +146,7 @@ class WorkProcess:
             got = self._claim(served, stopping, f"{nonce_base}{done}")
             if got is None:
                 if self._idle(served, stopping, where):
-                    return 0
+                    return RECYCLED if self.max_jobs and done >= self.max_jobs else 0
                 continue
             one, claimed = got
             one.finished = self._attempt(one.store, claimed, sent)
@@ -149,6 +154,17 @@ class WorkProcess:
             stats.flush(where)
             if self.max_jobs and done >= self.max_jobs:
                 self.stopping = True
+
+    @staticmethod
+    def _warm_up(served: Sequence[Served]) -> None:
+        """Pay what a fresh process pays once before its first claim, not in its first job: the
+        database connections the supervisor closed at the fork, and each Redis server's. One that
+        fails is left to the attempt, as between jobs."""
+        for conn in connections.all(initialized_only=True):
+            with contextlib.suppress(DatabaseError):
+                conn.ensure_connection()
+        for one in served:
+            one.held.claim()  # connects to its Redis and reads what is paused (a failure is left for later)
 
     def _idle(self, served: Sequence[Served], stopping: bool, where: Callable[[str], Redis | None]) -> bool:
         """No job was claimed: True if this process is done, else wait for one. A completion whose

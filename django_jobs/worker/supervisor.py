@@ -30,7 +30,7 @@ from django_jobs.telemetry import metrics, stats
 from django_jobs.telemetry.logs import redis_location
 from django_jobs.worker.guard import ClaimBoard, Heartbeat, LeaseGuard
 from django_jobs.worker.maintenance import Maintenance
-from django_jobs.worker.process import BURST_WAIT, WorkProcess, die_with_parent
+from django_jobs.worker.process import BURST_WAIT, RECYCLED, WorkProcess, die_with_parent
 from django_jobs.worker.servers import Reach, Server
 from django_jobs.worker.slot import DEADLINED, STOPPABLE, Event, Settlement, Slot, State
 
@@ -203,7 +203,8 @@ class Supervisor:
             slot.on(Event.EXIT)
             if settlement is not Settlement.NOTHING:
                 self._settle_orphan(slot, settlement)
-            if code != 0 or holding:
+            recycled = code == RECYCLED and not holding  # it ran its --max-jobs: replaced, like any exit
+            if (code != 0 and not recycled) or holding:
                 now = time.monotonic()
                 self.exits.append(now)
                 if not holding:
@@ -212,8 +213,8 @@ class Supervisor:
                     self.deaths.append(now)
                 held = f" holding job {slot.token}" if holding else ""
                 logger.warning("Work process %d exited with %s%s", pid, code, held)
-            if not self.stopping and (code != 0 or holding or not (self.burst or self.max_jobs)):
-                self._respawn()
+            if not self.stopping and (code != 0 or holding or not self.burst):
+                self._respawn()  # in burst mode, a work process that exits 0 found nothing left to run
 
     def _respawn(self) -> None:
         now = time.monotonic()
@@ -484,9 +485,9 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
-        self._maintain()
         for _ in range(self.concurrency):
             self._spawn()
+        self._maintain()  # after the spawn: a job enqueued now is claimed while the first pass runs
         burst = f" until no job is due within {self.burst_wait:g} s" if self.burst else ""
         where = "; ".join(
             f"{', '.join(server.queues)} on Redis {redis_location(server.connection)}"

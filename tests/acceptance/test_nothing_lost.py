@@ -12,7 +12,7 @@ import time
 
 import pytest
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from django_jobs.models import DeadLetter, OutboxEntry
@@ -190,6 +190,34 @@ def test_a_database_outage_is_retried_and_its_dead_letter_written_once_the_datab
     wait_for(lambda: done("after") == 1)
     assert worker.proc.poll() is None
     proxy.cut()
+
+
+def _terminate_other_backends() -> int:
+    """``pg_terminate_backend`` every other session of the test database: the worker's, as a
+    database restart or a failover does. Returns how many it ended."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.skipif(
+    settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"),
+    reason="terminating the worker's sessions needs a database server",
+)
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_jobs_recover_from_their_database_sessions_being_terminated(runjobs, kind):
+    record = jobs.record if kind == "sync" else jobs.async_record
+    worker = runjobs()
+    record.enqueue("warm")
+    wait_for(lambda: done("warm") == 1)
+    assert _terminate_other_backends() >= 1
+    handles = [record.enqueue(f"after-{i}") for i in range(3)]
+    wait_for(lambda: all(done(f"after-{i}") == 1 for i in range(3)), timeout=30)
+    assert not DeadLetter.objects.filter(job_id__in=[h.id for h in handles]).exists()
+    assert worker.proc.poll() is None
 
 
 def test_shutdown_grace_hands_the_running_job_back_without_spending_an_attempt(private_redis, runjobs):

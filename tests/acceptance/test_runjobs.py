@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import signal
+import time
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 from rq import Queue
 from rq.serializers import JSONSerializer
@@ -140,8 +143,51 @@ def test_an_unknown_queue_is_a_clear_fatal_error(runjobs):
     assert "nope" in worker.output()
 
 
-def test_max_jobs_stops_each_work_process_after_that_many_jobs(runjobs):
-    jobs.record.enqueue_many([(f"m{i}",) for i in range(10)])
-    worker = runjobs("--max-jobs", "3")
+def test_max_jobs_recycles_each_work_process_after_that_many_jobs_and_keeps_serving(runjobs):
+    jobs.record.enqueue_many([(f"m{i}",) for i in range(6)])
+    worker = runjobs("--max-jobs", "2")
+    wait_for(lambda: SideEffect.objects.count() == 6)  # three work processes, one after the other
+    assert worker.proc.poll() is None
+    jobs.record.enqueue("later")
+    wait_for(lambda: SideEffect.objects.filter(key="later").exists())
+    assert worker.terminate() == 0, worker.output()
+
+
+def test_max_jobs_with_burst_recycles_until_the_queue_is_drained_then_exits(runjobs):
+    jobs.record.enqueue_many([(f"m{i}",) for i in range(7)])
+    worker = runjobs("--max-jobs", "2", "--burst", "--burst-wait", "0")
     assert worker.proc.wait(60) == 0, worker.output()
-    assert SideEffect.objects.count() == 3
+    assert SideEffect.objects.count() == 7
+
+
+def _ready(worker) -> bool:
+    return "serving" in worker.output()
+
+
+def test_the_first_job_after_start_up_starts_as_fast_as_the_next_ones(runjobs):
+    """From the job's enqueue (stamped in its record) to its first write: the first job a fresh
+    runjobs serves is not kept waiting by the supervisor's first maintenance pass, nor pays its work
+    process's first connections, and a missed wake-up would cost it a second."""
+    jobs.record.enqueue_in(3600, "warm-up")  # the client's own first enqueue is not the worker's cost
+    worker = runjobs("default", extra_env={"JOBS_TEST_LOG": "INFO"})
+    wait_for(lambda: _ready(worker))
+    waits = []
+    for key in ("first", "second"):
+        handle = jobs.record.enqueue(key)
+        row = wait_for(lambda key=key: SideEffect.objects.filter(key=key).first())
+        waits.append((row.created_at - handle.state().enqueued_at).total_seconds())  # to its first write
+    assert waits[0] < 0.3, waits
+    assert worker.proc.poll() is None
+
+
+@pytest.mark.skipif(
+    settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"), reason="a database session's start time"
+)
+def test_the_first_job_runs_on_a_database_session_its_work_process_opened_before_it_was_enqueued(runjobs):
+    worker = runjobs("default", extra_env={"JOBS_TEST_LOG": "INFO"})
+    wait_for(lambda: _ready(worker))
+    time.sleep(0.5)  # the work process is up and idle
+    handle = jobs.session_start.enqueue("first")
+    row = wait_for(lambda: SideEffect.objects.filter(key__startswith="first:").first())
+    session_began = dt.datetime.fromtimestamp(float(row.key.split(":")[1]), dt.UTC)
+    assert session_began < handle.state().enqueued_at

@@ -7,8 +7,10 @@ from django.db import connection, reset_queries
 from django.test import override_settings
 
 from django_jobs.core.execution import db_hygiene
+from django_jobs.models import DeadLetter
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs
+from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,3 +37,18 @@ def test_the_debug_query_log_does_not_grow_in_a_worker():
     jobs.record.enqueue_many([(f"k{i}",) for i in range(20)])
     run_jobs()
     assert len(connection.queries) < 5
+
+
+@pytest.mark.parametrize("leaker", [jobs.leaves_atomic_open, jobs.async_leaves_atomic_open])
+def test_a_job_that_leaves_an_atomic_block_open_fails_saying_so_and_the_next_job_gets_a_working_connection(
+    leaker,
+):
+    leaked = leaker.enqueue("leaked")
+    jobs.record.enqueue("next")
+    jobs.async_record.enqueue("async-next")
+    assert run_jobs() == 3
+    entry = DeadLetter.objects.get(job_id=leaked.id)
+    assert entry.exception == "django_jobs.exceptions.TransactionLeftOpen"
+    assert "atomic" in entry.message and "rolled back" in entry.message
+    assert list(SideEffect.objects.values_list("key", flat=True).order_by("key")) == ["async-next", "next"]
+    assert not connection.in_atomic_block and connection.get_autocommit()

@@ -638,6 +638,45 @@ def gate(key: str, path: str) -> None:
             SideEffect.objects.create(key=key)
 
 
+# --- connection hygiene: what a job leaves behind on its connections -------------------------------
+
+
+@job(name="tests.leaves_atomic_open", timeout=10, retry=ONCE)
+def leaves_atomic_open(key: str) -> None:
+    """Returns from inside an ``atomic()`` block it never exits: its row is never committed."""
+    from django.db import transaction
+
+    transaction.atomic().__enter__()
+    SideEffect.objects.create(key=key)
+
+
+@job(name="tests.async_leaves_atomic_open", timeout=10, retry=ONCE)
+async def async_leaves_atomic_open(key: str) -> None:
+    """The same through the async ORM: the open block is on the connection of its sync thread."""
+    from asgiref.sync import sync_to_async
+    from django.db import transaction
+
+    await sync_to_async(transaction.atomic().__enter__)()
+    await SideEffect.objects.acreate(key=key)
+
+
+@job(name="tests.async_record", timeout=10, retry=FAST)
+async def async_record(key: str) -> None:
+    await SideEffect.objects.acreate(key=key)
+
+
+@job(name="tests.session_start", timeout=10, retry=FAST)
+def session_start(key: str) -> None:
+    """Records when its PostgreSQL session began, as ``<key>:<epoch seconds>``."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM backend_start) FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        )
+        SideEffect.objects.create(key=f"{key}:{cursor.fetchone()[0]}")
+
+
 # --- The lifecycle state machine (tests/fuzz/test_lifecycle_machine.py) ----------------------------
 # It drives the store itself (claims, settles, reaps) and never runs these bodies: what matters is
 # their registration: a retry due within a millisecond, a snooze cap, and a limit per account.

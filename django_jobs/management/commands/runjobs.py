@@ -52,7 +52,11 @@ class Command(BaseCommand):
             help=f"With --burst: stay for retries and delayed jobs due within SECONDS ({BURST_WAIT:g}).",
         )
         parser.add_argument(
-            "--max-jobs", type=whole(0), default=0, help="Each work process stops after N jobs."
+            "--max-jobs",
+            type=whole(0),
+            default=0,
+            metavar="N",
+            help="Replace each work process by a fresh one after N jobs, to bound memory growth (0: never).",
         )
         parser.add_argument(
             "--metrics-port",
