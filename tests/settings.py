@@ -105,6 +105,8 @@ JOBS = {
     "DEFAULT_DURABILITY": os.environ.get("JOBS_TEST_DURABILITY", "fast"),
     "LEDGER_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_LEDGER_SWEEP", "10")),
     "BATCH_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_BATCH_SWEEP", "10")),
+    "FINISHED_TTL": int(os.environ.get("JOBS_TEST_FINISHED_TTL", "3600")),
+    "REPLICA_TIMEOUT": float(os.environ.get("JOBS_TEST_REPLICA_TIMEOUT", "0.5")),
 }
 # Django's Tasks framework: django.tasks on Django 6.0; on 5.2 the django_tasks backport, when installed.
 _TASKS_FRAMEWORK = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"

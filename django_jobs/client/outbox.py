@@ -22,7 +22,6 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connections, router
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_jobs.core.envelope import Envelope
@@ -34,6 +33,8 @@ MAX_HELD = 1000  # rows; more are written at once, so memory stays bounded in hu
 #: The columns of :class:`OutboxEntry` that :class:`PlainOutboxEntry` leaves to their database
 #: defaults, each filled from the envelope's attribute of the same name.
 EXTRA = ("priority", "trace", "expires", "batch", "limit_key")
+#: The columns of :class:`OutboxEntry` only the relay writes: every insert leaves them to their default.
+RELAYED = ("pushed_to",)
 
 
 def _columns(envelope: Envelope) -> dict[str, Any]:
@@ -187,8 +188,3 @@ def take_committed(connection: BaseDatabaseWrapper) -> dict[str, Envelope]:
     """
     state = _transactions.get(connection)
     return {} if state is None else state.committed()
-
-
-def outbox_aliases() -> list[str]:
-    """The databases that hold an outbox table."""
-    return [alias for alias in connections if router.allow_migrate_model(alias, OutboxEntry)]

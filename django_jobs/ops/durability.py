@@ -13,10 +13,9 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_jobs.client.outbox import outbox_aliases
 from django_jobs.conf import LEDGER, jobs_settings
 from django_jobs.core.connections import queue_configs, server_connections
-from django_jobs.models import OutboxEntry
+from django_jobs.models import OutboxEntry, outbox_aliases
 from django_jobs.store.replication import Primary, read_primary
 
 

@@ -49,9 +49,9 @@ class Maintenance:
         self.duties: list[Duty] = [
             self.reaper,
             self.structures,  # before the relay, whose pushes a broken key would fail
+            ledger_duties.Settle(scope, self.ledger),  # before the relay: rows of jobs that started go
             self.relay,
             ledger_duties.WatchPrimary(scope, self.ledger),
-            ledger_duties.Settle(scope, self.ledger),
             ledger_duties.Sweep(scope, self.ledger),
             self.dying,
             self.vanished,

@@ -44,14 +44,13 @@ from django.db.models import Exists, F, OuterRef, QuerySet
 from django.utils import timezone
 
 from django_jobs.client import enqueue
-from django_jobs.client.outbox import outbox_aliases
 from django_jobs.conf import jobs_settings
 from django_jobs.core import payload, registry, results
 from django_jobs.core.context import current as current_job
 from django_jobs.core.envelope import Envelope, Options
 from django_jobs.core.outcomes import AttemptEnded, Outcome
 from django_jobs.exceptions import JobNotFound
-from django_jobs.models import Batch, BatchCallback, BatchMember, DeadLetter, OutboxEntry
+from django_jobs.models import Batch, BatchCallback, BatchMember, DeadLetter, OutboxEntry, outbox_aliases
 from django_jobs.policy import RetryPolicy
 from django_jobs.signals import job_requeued
 from django_jobs.store import Status

@@ -28,7 +28,7 @@ from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")  # a cancel deletes outbox rows
 
 PARKED = "djjobs:paused:default:tests.record"
 

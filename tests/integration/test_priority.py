@@ -27,7 +27,7 @@ from tests.integration.dashboard_support import record
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")  # a cancel deletes outbox rows
 
 HIGH, LOW = keys.priority_keys("default")
 

@@ -28,7 +28,7 @@ from tests.testapp import jobs
 from tests.testapp.alerts import ALERTED
 from tests.testapp.models import Item, SideEffect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")  # a cancel deletes outbox rows
 
 
 def done(key: str) -> int:

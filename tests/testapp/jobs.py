@@ -125,8 +125,15 @@ SOAK = RetryPolicy(max_attempts=20, base=0.05, factor=2, max_delay=0.5)
 
 @job(name="tests.soak", timeout=10, retry=SOAK)
 def soak(key: str, seconds: float) -> None:
+    """Its effect happens once however often it runs; "ran:<key>|<job id>|<attempt>", written outside
+    the guard, records each attempt that got to it, so a test sees how often the job really ran."""
+    from django_jobs import current_job
+
     SideEffect.objects.create(key=f"attempt:{key}")
     time.sleep(seconds)
+    attempt = current_job()
+    assert attempt is not None
+    SideEffect.objects.create(key=f"ran:{key}|{attempt.job_id}|{attempt.attempt}")
     with idempotent(f"soak:{key}") as first:
         if first:
             SideEffect.objects.create(key=key)
@@ -633,3 +640,28 @@ def gate(key: str, path: str) -> None:
     with idempotent(f"gate:{key}") as first:
         if first:
             SideEffect.objects.create(key=key)
+
+
+# --- The lifecycle state machine (tests/fuzz/test_lifecycle_machine.py) ----------------------------
+# It drives the store itself (claims, settles, reaps) and never runs these bodies: what matters is
+# their registration: a retry due within a millisecond, a snooze cap, and a limit per account.
+
+AT_ONCE = RetryPolicy(max_attempts=3, base=0.001, factor=1, max_delay=0.001)
+
+
+@job(name="tests.machine", timeout=10, retry=AT_ONCE, max_snoozes=2)
+def machine(key: str, account: str = "") -> None:
+    SideEffect.objects.create(key=key)
+
+
+@job(
+    name="tests.machine_keyed",
+    timeout=10,
+    retry=AT_ONCE,
+    max_snoozes=2,
+    concurrency=1,
+    limit_key=lambda key, account: account,
+)
+def machine_keyed(key: str, account: str) -> None:
+    """One attempt at a time per account: the machine checks that no two ever hold a lease at once."""
+    SideEffect.objects.create(key=key)

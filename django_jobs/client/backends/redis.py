@@ -47,8 +47,10 @@ class Pushed:
     error: RedisError | None = None
 
 
-def push(envelopes: Sequence[Envelope]) -> Pushed:
-    """Push envelopes to Redis, one round trip per queue, each at its queue's durability level."""
+def push(envelopes: Sequence[Envelope], *, confirm: bool = True) -> Pushed:
+    """Push envelopes to Redis, one round trip per queue, each at its queue's durability level; without
+    ``confirm``, "replicated" ones too are done once the primary acknowledged them (the relay's pushes
+    of rows it confirms later)."""
     seen: set[str] = set()
     unconfirmed: list[Envelope] = []
     failed: list[Envelope] = []
@@ -58,17 +60,17 @@ def push(envelopes: Sequence[Envelope]) -> Pushed:
         by_queue.setdefault(envelope.queue, []).append(envelope)
     for queue, group in by_queue.items():
         try:
-            seen |= _push_queue(queue, group, unconfirmed)
+            seen |= _push_queue(queue, group, unconfirmed, confirm)
         except RedisError as exc:
             failed += group
             error = exc
     return Pushed(seen, unconfirmed, failed, error)
 
 
-def _push_queue(queue: str, group: list[Envelope], unconfirmed: list[Envelope]) -> set[str]:
+def _push_queue(queue: str, group: list[Envelope], unconfirmed: list[Envelope], confirm: bool) -> set[str]:
     """Push one queue's envelopes at its level; adds those replicas did not confirm to ``unconfirmed``."""
     store = Store.of(get_connection(queue))
-    if jobs_settings.durability(queue) != REPLICATED:
+    if not confirm or jobs_settings.durability(queue) != REPLICATED:
         return store.push(group)
     confirmed = push_confirmed(store, group, jobs_settings.REPLICAS, jobs_settings.REPLICA_TIMEOUT)
     if confirmed.replicas < jobs_settings.REPLICAS:

@@ -87,10 +87,10 @@ local function put_back(id, err)
 end
 
 -- A popped job as the gates see it: n and queue (where it was popped), id, key (its hash), fields (its
--- HGETALL), attempt, workers, expires, limit (its limits entry, or nil), pause (the entry, while its
--- type is paused), and for a job of a scope (limit_key) scope ('<canonical name>\n<key value>') and
--- turn (set while it waits in, or was woken from, its line); slots: the slots its attempt takes (its
--- scope's or its type's), or nil.
+-- HGETALL), attempt, workers, expires, started (an attempt of it began once: its first start is set),
+-- limit (its limits entry, or nil), pause (the entry, while its type is paused), and for a job of a
+-- scope (limit_key) scope ('<canonical name>\n<key value>') and turn (set while it waits in, or was
+-- woken from, its line); slots: the slots its attempt takes (its scope's or its type's), or nil.
 local function job_of(n, q, id, key, fields)
   local job = {n = n, queue = q, id = id, key = key, fields = fields, attempt = 0}
   local name = ''
@@ -98,7 +98,8 @@ local function job_of(n, q, id, key, fields)
     if fields[i] == '${F_ATTEMPT}' then job.attempt = tonumber(fields[i + 1]) or 0
     elseif fields[i] == '${F_DESCRIPTION}' then name = fields[i + 1]
     elseif fields[i] == '${F_WORKERS}' then job.workers = fields[i + 1]
-    elseif fields[i] == '${F_EXPIRES}' then job.expires = tonumber(fields[i + 1]) end
+    elseif fields[i] == '${F_EXPIRES}' then job.expires = tonumber(fields[i + 1])
+    elseif fields[i] == '${F_FIRST_STARTED}' then job.started = true end
   end
   local limit = limit_of(name)
   if not limit then return job end
@@ -149,10 +150,11 @@ local function lease(job)
   redis.call('ZADD', leases, now + tonumber(lease_seconds), token)
   -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
   local workers = job.workers and string.sub(job.workers .. '\n' .. worker, -4096) or worker
-  -- one HSET: on the first attempt its start is also the first start (a key written again: harmless)
+  -- one HSET: on its first start it is also the first start (a key written again: harmless); a job
+  -- handed back or snoozed, its attempt given back, keeps the first start it had
   redis.call('HSET', job.key, '${F_STATUS}', '${STARTED}', '${F_STARTED_AT}', stamp, '${F_WORKER_NAME}', worker,
              '${F_LAST_HEARTBEAT}', stamp, '${F_ATTEMPT}', math.floor(job.attempt) + 1, '${F_WORKERS}', workers,
-             job.attempt == 0 and '${F_FIRST_STARTED}' or '${F_STARTED_AT}', stamp)
+             job.started and '${F_STARTED_AT}' or '${F_FIRST_STARTED}', stamp)
   redis.pcall('ZADD', job.queue.wip, '+inf', token)  -- RQ's registry: for its tools only
   if job.slots and job.limit.concurrency > 0 then redis.pcall('ZADD', job.slots, now, token) end
   if job.turn then redis.pcall('HDEL', job.key, '${F_LINE}', '${F_TURN}') end  -- its turn came

@@ -18,7 +18,7 @@ from django_jobs.store.lifecycle import State
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")  # a cancel deletes outbox rows
 
 
 def claim(store: Store, nonce: str) -> Claimed:
