@@ -204,6 +204,12 @@ def completion(ended: AttemptEnded) -> Finished | None:
     return Finished(claimed.token, claimed.queue, ended.result, registry.limit_scope(claimed.record))
 
 
+def succeeded(store: Settling, claimed: Claimed) -> AttemptEnded:
+    """The end of an attempt whose code returned and whose work process died before publishing it,
+    completed by the supervisor: its return value died with the process."""
+    return _ended(store, claimed, claimed.record.name, Outcome.SUCCESS, None, None)
+
+
 def cancelled(store: Settling, claimed: Claimed, exc: BaseException) -> AttemptEnded:
     """The end of an attempt the store already settled as cancelled outside the work process (a job
     handed back at shutdown whose cancel had been requested)."""

@@ -156,6 +156,12 @@ SUBSCRIBERS: tuple[tuple[str, Subscriber], ...] = (
 )
 
 
+#: How long a work process waits, at each job's end, for its span to be exported: a SIGKILL (a hard
+#: timeout, a cancel kill, a fence) would lose the spans a batching processor still holds; an exporter
+#: that does not answer costs each job this much at most.
+FLUSH_MILLIS = 100
+
+
 def flush(timeout_millis: int = 5000) -> None:
     """Export what the provider still buffers: a work process ends with ``os._exit``, which runs no
     exit handler, so a batching span processor would otherwise lose its last spans."""

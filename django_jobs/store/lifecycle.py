@@ -325,7 +325,13 @@ TRANSITIONS: tuple[Transition, ...] = (
     ),
     _t("claim", _READY, {State.RUNNING}, "lua/complete_and_claim.lua", "leased: a token in leases and wip"),
     _t("expire", _READY, {State.EXPIRED}, "lua/complete_and_claim.lua", "popped after its expiry: dropped"),
-    _t("park", _READY, {State.PARKED}, "lua/complete_and_claim.lua", "popped while its type is paused"),
+    _t(
+        "park",
+        _READY,
+        {State.PARKED, State.IN_LINE},
+        "lua/complete_and_claim.lua",
+        "popped while its type is paused (one of a key: into its key's line, not woken until a resume)",
+    ),
     _t(
         "line",
         _READY,
@@ -444,7 +450,11 @@ class Gate:
 #: The claim's gates, in the order a popped job meets them. A new gate: its file, and a row here.
 GATES: tuple[Gate, ...] = (
     Gate("expiry", frozenset({State.EXPIRED}), "a job with no dj_first_started whose dj_expires passed"),
-    Gate("pause", frozenset({State.PARKED}), "a job of a paused type waits in its parked list"),
+    Gate(
+        "pause",
+        frozenset({State.PARKED, State.IN_LINE}),
+        "a job of a paused type waits in its parked list (one of a key, in its key's line)",
+    ),
     Gate("line", frozenset({State.IN_LINE}), "a job of a key waits behind its line, or for room"),
     Gate("concurrency", frozenset({State.SCHEDULED}), "a job of a type at its concurrency limit"),
     Gate("rate", frozenset({State.SCHEDULED, State.IN_LINE}), "a job over its rate (type, or key)"),

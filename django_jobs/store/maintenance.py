@@ -19,9 +19,13 @@ from django_jobs.store.scripts import Part, queue_keys
 @functools.lru_cache(maxsize=64)
 def _keyed(limits: str) -> str:
     """The limits of the names with ``limit_key``, as the claim's entries hold them, by their scope's
-    prefix (``<canonical name>\\n``): a type's slots are the claim's business only."""
+    prefix (``<canonical name>\\n``), each with its type's field in the paused hash (a paused type's
+    lines are not woken): a type's slots are the claim's business only."""
     entries = limit_entries(limits, [])
-    return json.dumps({entry["scope"]: entry for entry in entries.values() if "scope" in entry})
+    return json.dumps({
+        entry["scope"]: entry | {"paused_field": keys.pause_field("job", entry["scope"][:-1])}
+        for entry in entries.values() if "scope" in entry
+    })  # fmt: skip
 
 
 class Maintenance(Part):
@@ -36,6 +40,7 @@ class Maintenance(Part):
             lost=keys.LOST,
             dying=keys.DYING,
             queues_set=keys.QUEUES_SET,
+            paused=keys.PAUSED,
             queue=[queue_keys(queue) for queue in queues],
             batch=batch,
             stamp=rq_timestamp(dt.datetime.now(dt.UTC)),  # RQ's meaning: when the job was put on its queue

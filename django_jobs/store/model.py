@@ -128,19 +128,23 @@ class Scope:
         return keys.limit_scope(self.name, self.value)
 
     def places(self, queue: str) -> dict[str, str]:
-        """What the scripts' ``scope`` is given: its slots, its line in ``queue``, and :meth:`arg`."""
+        """What the scripts' ``scope`` is given: its slots, its line in ``queue``, the paused hash (a
+        paused type's line is not woken), and :meth:`arg`."""
         return {
             "slots": keys.slots_key(self.member),
             "line": keys.parked_line(queue, self.member),
+            "paused": keys.PAUSED,
             "limits": self.arg(),
         }
 
     def arg(self) -> str:
         """What ``next_turn`` in ``lua/fair.lua`` reads: the limits, the rate counter and job hash
-        prefixes, the member of the index, and how long a job it wakes holds the slot."""
+        prefixes, the member of the index, how long a job it wakes holds the slot, and its type's
+        field in the paused hash."""
         limits = {"concurrency": self.concurrency, "rate": self.rate, "period": self.period}
         prefixes = {"rate_prefix": keys.rate_prefix(self.member), "prefix": keys.JOB_PREFIX}
-        return json.dumps({**limits, **prefixes, "scope": self.member, "hold": TURN_HOLD})
+        turn = {"scope": self.member, "hold": TURN_HOLD, "paused_field": keys.pause_field("job", self.name)}
+        return json.dumps({**limits, **prefixes, **turn})
 
 
 @dataclass(frozen=True)

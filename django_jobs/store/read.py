@@ -51,8 +51,10 @@ class Where:
 
     @property
     def paused(self) -> bool:
-        """Waiting for a pause to be lifted: its queue or type is paused, or a paused type parked it."""
-        return self.state in (State.HELD, State.PARKED)
+        """Waiting for a pause to be lifted: its queue or type is paused, or a paused type parked it (a
+        job of a key in its key's line)."""
+        held = self.state is State.IN_LINE and self.pause is not None
+        return held or self.state in (State.HELD, State.PARKED)
 
     @property
     def in_line(self) -> bool:
@@ -142,6 +144,15 @@ class _Look:
     def _in_line(self, key: str, rank: Any) -> None:
         if _ok(rank) is not None:
             self.where.update(key=key, state=State.IN_LINE, ahead=rank)
+            pause = self._pause()
+            if pause is not None:  # it waits for the pause to be lifted as well
+                self.where["pause"] = pause
+
+    def _pause(self) -> Pause | None:
+        """The pause of its queue or of its job type, if either is paused."""
+        record = self.record
+        fields = [keys.pause_field("queue", record.queue), keys.pause_field("job", record.name)]
+        return next((self.pauses[f] for f in fields if f in self.pauses), None)
 
     def _ready(self, key: str, at: Any) -> None:
         if _ok(at) is not None and "state" not in self.where:
@@ -198,13 +209,11 @@ class _Look:
 
     def _ready_state(self, where: dict[str, Any]) -> State:
         """Which ready state a job found in its queue's list or priority sets is in."""
-        record = self.record
-        fields = [keys.pause_field("queue", record.queue), keys.pause_field("job", record.name)]
-        pause = next((self.pauses[f] for f in fields if f in self.pauses), None)
+        pause = self._pause()
         if pause is not None:
             where["pause"] = pause
             return State.HELD
-        if F.LINE in record.fields:
+        if F.LINE in self.record.fields:
             return State.TURN
         return State.WAITING_PRIORITY if where.get("key", "").startswith(lc.HIGH.prefix) else State.WAITING
 

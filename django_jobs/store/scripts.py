@@ -51,7 +51,7 @@ def queue_keys(queue: str) -> dict[str, str]:
 
 #: A scope of a limit key (``lua/fair.lua``): its slots and its line in the job's queue, and its
 #: limits as ``next_turn`` reads them (``Scope.arg``).
-SCOPE = Group("scope", Times.MAYBE, keys=("slots", "line"), args=("limits",))
+SCOPE = Group("scope", Times.MAYBE, keys=("slots", "line", "paused"), args=("limits",))
 
 
 class Stop(enum.StrEnum):
@@ -136,7 +136,7 @@ INTERFACES = {
         ),
         Interface(
             "maintain",
-            keys=("leases", "lost", "dying", "queues_set"),
+            keys=("leases", "lost", "dying", "queues_set", "paused"),
             args=("batch", "stamp", "prefix", "keyed", "recheck", "hold"),
             groups=(Group("queue", Times.MANY, keys=QUEUE),),
         ),

@@ -22,7 +22,7 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from django_jobs.conf import jobs_settings
-from django_jobs.core import execution
+from django_jobs.core import execution, tracing
 from django_jobs.core.outcomes import AttemptEnded
 from django_jobs.flow.pausing import Held, Plan
 from django_jobs.store import Claimed, Finished, Store, wake_key
@@ -225,6 +225,8 @@ class WorkProcess:
         self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
         finished = execution.completion(ended) if ended is not None else None
         self._report(_COMPLETING if finished else _DONE)  # keep the lease alive until the completion lands
+        if tracing.active():  # its span now, not batched: a SIGKILL of this process would lose it
+            tracing.flush(tracing.FLUSH_MILLIS)
         return finished
 
     def _ended(self, returned: bool) -> None:

@@ -2,10 +2,11 @@
 transition table below.
 
 A state says what the process is doing and so what its death means (``Slot.settlement``): nothing,
-a success to complete, a failure to settle (and why), or a job to hand back. Events come from the
-process's reports (``protocol``) and from the supervisor's own decisions (a cancel request seen, a
-kill). Reports read after a kill were written before it: the killed states take them in too, so a
-job whose code returned before the kill is still completed.
+a success to complete (and to publish, unless the process reported "completing" after publishing
+it), a failure to settle (and why), or a job to hand back. Events come from the process's reports
+(``protocol``) and from the supervisor's own decisions (a cancel request seen, a kill). Reports read
+after a kill were written before it: the killed states take them in too, so a job whose code
+returned before the kill is still completed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class State(StrEnum):
     TIMED_OUT = "timed out"  #: killed for overrunning its timeout
     CANCEL_KILLED = "cancel killed"  #: killed for outliving its cancel request's grace
     KILLED_RETURNED = "killed after returning"  #: killed after its code returned: still a success
+    KILLED_COMPLETING = "killed completing"  #: killed once its success was published: still a success
     FENCED = "fenced"  #: killed because its lease was taken back: whoever took it settles the job
     HANDED_BACK = "handed back"  #: killed at the end of the shutdown grace: its job goes back
     KILLED = "killed"  #: killed holding nothing to settle
@@ -57,7 +59,8 @@ class Settlement(Enum):
     """What the death of a work process in a given state leaves to do."""
 
     NOTHING = "nothing"
-    COMPLETE = "complete"  # the job succeeded; only its completion is missing
+    COMPLETE = "complete"  # the job succeeded; neither its completion nor its end's publishing is done
+    COMPLETION = "completion"  # the job succeeded and its end was published; only its completion is missing
     LOST = "lost"  # failed: the process died under it
     TIMEOUT = "timeout"  # failed: killed past its timeout
     CANCEL = "cancel"  # failed: killed past its cancel grace
@@ -68,7 +71,7 @@ S, E = State, Event
 _RUNNING = {E.RETURNED: S.RETURNED, E.RAISED: S.RAISED, E.DONE: S.IDLE, E.OVERRAN: S.TIMED_OUT}
 _RUNNING |= {E.FENCE: S.FENCED, E.STOP: S.HANDED_BACK}
 # Late reports to a killed process: what its code got done before the kill still counts.
-_KILLED = {E.RETURNED: S.KILLED_RETURNED, E.COMPLETING: S.KILLED_RETURNED, E.DONE: S.KILLED}
+_KILLED = {E.RETURNED: S.KILLED_RETURNED, E.COMPLETING: S.KILLED_COMPLETING, E.DONE: S.KILLED}
 _KILLED |= {E.STARTED: S.RUNNING, E.STOP: S.HANDED_BACK}
 _ABSORBED = (E.STARTED, E.RETURNED, E.RAISED, E.COMPLETING)
 _MOVES: dict[State, dict[Event, State]] = {
@@ -81,7 +84,8 @@ _MOVES: dict[State, dict[Event, State]] = {
     S.COMPLETING: {E.STARTED: S.RUNNING, E.DONE: S.IDLE},
     S.TIMED_OUT: {**_KILLED, E.RAISED: S.TIMED_OUT},
     S.CANCEL_KILLED: {**_KILLED, E.RAISED: S.CANCEL_KILLED},
-    S.KILLED_RETURNED: {E.COMPLETING: S.KILLED_RETURNED, E.DONE: S.KILLED, E.STARTED: S.RUNNING},
+    S.KILLED_RETURNED: {E.COMPLETING: S.KILLED_COMPLETING, E.DONE: S.KILLED, E.STARTED: S.RUNNING},
+    S.KILLED_COMPLETING: {E.COMPLETING: S.KILLED_COMPLETING, E.DONE: S.KILLED, E.STARTED: S.RUNNING},
     S.FENCED: {**dict.fromkeys(_ABSORBED, S.FENCED), E.DONE: S.KILLED},
     S.HANDED_BACK: {**dict.fromkeys(_ABSORBED, S.HANDED_BACK), E.DONE: S.KILLED},
     S.KILLED: {E.STARTED: S.RUNNING, E.DONE: S.KILLED},
@@ -103,8 +107,9 @@ STOPPABLE = frozenset({S.RUNNING, S.CANCELLING})
 
 SETTLEMENTS: Mapping[State, Settlement] = {
     S.RETURNED: Settlement.COMPLETE,
-    S.COMPLETING: Settlement.COMPLETE,
+    S.COMPLETING: Settlement.COMPLETION,
     S.KILLED_RETURNED: Settlement.COMPLETE,
+    S.KILLED_COMPLETING: Settlement.COMPLETION,
     S.RUNNING: Settlement.LOST,
     S.CANCELLING: Settlement.LOST,
     S.RAISED: Settlement.LOST,

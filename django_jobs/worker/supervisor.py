@@ -261,14 +261,19 @@ class Supervisor:
         is kept by a job handed back, and passed on by one that ends."""
         assert slot.attempt is not None
         token, queue = slot.attempt.token, slot.attempt.queue
-        if settlement in (Settlement.COMPLETE, Settlement.HAND_BACK):
-            scope, ttl = registry.limit_scope(self._claimed(store, slot).record), jobs_settings.FINISHED_TTL
-            if settlement is Settlement.COMPLETE:  # it succeeded; only the completion was missing
-                # the return value died with the process: the job is finished without its result
-                store.complete(Finished(token, queue, scope=scope), ttl)
-            elif store.release(token, queue, ttl, scope) is Settled.CANCELLED:
-                stopped = JobCancelled("The job was cancelled while runjobs was stopping.")
-                outcomes.publish(execution.cancelled(store, self._claimed(store, slot), stopped))
+        if settlement in (Settlement.COMPLETE, Settlement.COMPLETION, Settlement.HAND_BACK):
+            claimed, ttl = self._claimed(store, slot), jobs_settings.FINISHED_TTL
+            scope = registry.limit_scope(claimed.record)
+            if settlement is Settlement.HAND_BACK:  # its attempt is given back: no end, unless cancelled
+                if store.release(token, queue, ttl, scope) is Settled.CANCELLED:
+                    stopped = JobCancelled("The job was cancelled while runjobs was stopping.")
+                    outcomes.publish(execution.cancelled(store, claimed, stopped))
+                return
+            # it succeeded; the return value died with the process: finished without its result, and
+            # published here unless the process had published it (a fenced completion: by nobody)
+            completed = store.complete(Finished(token, queue, scope=scope), ttl)
+            if completed and settlement is Settlement.COMPLETE:
+                outcomes.publish(execution.succeeded(store, claimed))
             return
         ending = self._ending(slot, settlement)
         outcomes.publish(execution.settle_failure(store, self._claimed(store, slot), ending))

@@ -8,10 +8,12 @@ one up; ``benchmarks/fairness.py`` is its measured form."""
 from __future__ import annotations
 
 import os
+import time
 from typing import NamedTuple
 
 import pytest
 
+from django_jobs.flow import pausing
 from tests.acceptance.test_flow_control import max_overlap
 from tests.conftest import wait_for
 from tests.testapp import jobs
@@ -69,3 +71,18 @@ def test_a_runjobs_killed_holding_a_keys_slot_strands_none_of_the_jobs_parked_be
     wait_for(lambda: SideEffect.objects.count() == 6, timeout=60)
     one_at_a_time_in_order(ran(), "A", [f"a{i}" for i in range(6)])
     assert not redis_db.keys("djjobs:parked*")
+
+
+def test_a_pause_and_resume_of_a_keyed_type_keeps_each_keys_jobs_in_their_order(runjobs):
+    """Paused while its keys' lines hold jobs (and one of each may be woken, holding its slot), resumed
+    after maintenance has looked at the lines several times: each key's jobs still start in order."""
+    for account in ("A", "B"):
+        jobs.per_account.enqueue_many([(account, f"{account}{i}", 0.2) for i in range(15)])
+    runjobs("--concurrency", "2")
+    wait_for(lambda: SideEffect.objects.count() >= 4)
+    pausing.pause(job=jobs.per_account)
+    time.sleep(4)  # maintenance looks at the lines every second meanwhile
+    pausing.resume(job=jobs.per_account)
+    wait_for(lambda: SideEffect.objects.count() == 30, timeout=60)
+    for account in ("A", "B"):
+        one_at_a_time_in_order(ran(), account, [f"{account}{i}" for i in range(15)])

@@ -7,14 +7,20 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 from django.test import Client
 
 pytest.importorskip("opentelemetry.sdk", reason="tracing tests need opentelemetry-sdk (the test extra)")
 
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from tests.conftest import wait_for
+from tests.testapp import jobs
 
 pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 
@@ -53,3 +59,45 @@ def test_a_requests_jobs_run_by_runjobs_are_spans_of_the_requests_trace(runjobs,
         failed = ids[job_id] == "tests.always_fails"
         assert span["status"]["status_code"] == ("ERROR" if failed else "UNSET")
         assert span["attributes"]["django_jobs.outcome"] in (("retry", "dead") if failed else ("success",))
+
+
+def successes(redis_db: redis.Redis, name: str) -> int:
+    """The successes of job type ``name`` the hourly counts hold."""
+    return sum(int(redis_db.hget(key, f"{name}|success") or 0) for key in redis_db.keys("djjobs:stats:h:*"))
+
+
+def spans_of(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """The exported spans by job id (none yet: {})."""
+    lines = path.read_text().splitlines() if path.exists() else []
+    found: dict[str, list[dict]] = {}
+    for span in map(json.loads, lines):
+        found.setdefault(span["attributes"]["messaging.message.id"], []).append(span)
+    return found
+
+
+def test_a_success_whose_work_process_died_before_publishing_it_is_counted_logged_and_traced(
+    runjobs, redis_db, tmp_path
+):
+    path = tmp_path / "spans.jsonl"
+    env = {"JOBS_TEST_DIE_AFTER_RETURN": "1", "JOBS_TEST_OTEL_SPANS": str(path), "JOBS_TEST_LOG": "INFO"}
+    worker = runjobs("--concurrency", "1", extra_env=env)
+    handle = jobs.dies_after_return.enqueue("returned")
+    wait_for(lambda: redis_db.hget(f"rq:job:{handle.id}", "status") == b"finished")
+    wait_for(lambda: handle.id in spans_of(path))
+    (span,) = spans_of(path)[handle.id]  # the supervisor's, from the attempt's start to its end
+    assert span["attributes"]["django_jobs.outcome"] == "success"
+    assert span["status"]["status_code"] == "UNSET"
+    wait_for(lambda: f"job_id={handle.id} queue=default attempt=1 outcome=success" in worker.output())
+    wait_for(lambda: successes(redis_db, "tests.dies_after_return") == 1)  # the dashboard's hourly count
+
+
+def test_the_spans_of_jobs_that_ended_before_their_work_process_was_killed_are_exported(runjobs, tmp_path):
+    path = tmp_path / "spans.jsonl"
+    before = [jobs.record.enqueue(f"before-{i}").id for i in range(3)]
+    killed = jobs.stubborn.enqueue("killed").id  # runs past its timeout: SIGKILLed by the supervisor
+    runjobs("--concurrency", "1", extra_env={"JOBS_TEST_OTEL_SPANS": str(path)})
+    wait_for(
+        lambda: "timeout" in [s["attributes"]["django_jobs.outcome"] for s in spans_of(path).get(killed, [])]
+    )
+    found = spans_of(path)
+    assert all(len(found.get(job_id, [])) == 1 for job_id in before), found.keys()

@@ -6,6 +6,7 @@ can be cancelled; the key travels with the job through the outbox and a dead-let
 from __future__ import annotations
 
 import datetime as dt
+import time
 
 import pytest
 import redis
@@ -371,14 +372,14 @@ HELD = "djjobs:paused:default:tests.per_account"
 
 def pause_after_a_wake_up(redis_db: redis.Redis, store_: Store) -> list[str]:
     """A0 ran, A1 was woken (holding A's slot) and A2 waits in the line; then the type is paused and a
-    claim holds A1 in the pause's parked list."""
+    claim puts A1 back in A's line at its turn."""
     a = enqueue("A", "a0", "a1", "a2")
     first = claim(store_, "1")
     assert first is not None and claim(store_, "2") is None
     assert store_.complete(done(first), 60)
     store_.pause("job", "tests.per_account", by="t", reason="")
     assert claim(store_, "3", limits=registry.limits_json(["tests.per_account"])) is None
-    assert redis_db.lrange(HELD, 0, -1) == [a[1].encode()]
+    assert line(redis_db) == a[1:] and not redis_db.exists(HELD)
     return a
 
 
@@ -388,22 +389,52 @@ def test_a_paused_keyed_type_holds_its_jobs_in_order_and_they_resume_in_their_ke
     assert not redis_db.exists(SLOTS)  # the held job gave back the slot it was woken with
     state = get_job(a[1])
     assert state.paused and state.parked and state.attempts == 0  # held, still owed its key's turn
-    assert look_now(redis_db, store_) == 1  # so the next in line is woken...
-    assert claim(store_, "4", limits=registry.limits_json(["tests.per_account"])) is None
-    assert redis_db.lrange(HELD, 0, -1) == [a[1].encode(), a[2].encode()]  # ...and held behind it
+    assert look_now(redis_db, store_) == 0  # a paused type's line is not woken: it would park again
+    assert line(redis_db) == a[1:]
     store_.resume("job", "tests.per_account")
-    assert store_.unpark("default", "tests.per_account") == (2, 0)
+    assert look_now(redis_db, store_) == 1  # resumed: the front of A's line is woken
     resumed = claim(store_, "5")
     assert resumed is not None and resumed.id == a[1]
     assert claim(store_, "6") is None  # one at a time still: A2 waits at the front of A's line
     assert line(redis_db) == [a[2]]
 
 
-def test_cancelling_a_keyed_job_held_by_a_pause_takes_it_out_of_the_parked_list(redis_db):
+def test_an_attempt_ending_while_its_keyed_type_is_paused_wakes_nobody(redis_db):
+    a = enqueue("A", "a0", "a1")
+    store_ = Store(redis_db)
+    first = claim(store_, "1")
+    assert first is not None and claim(store_, "2") is None
+    store_.pause("job", "tests.per_account", by="t", reason="")
+    assert store_.complete(done(first), 60)
+    assert line(redis_db) == [a[1]] and not redis_db.exists(SLOTS)
+
+
+def test_a_job_back_with_its_turn_waits_for_an_earlier_turn_of_its_key(redis_db):
+    """Whatever moved them (a pause, a hand-back, a wake-up), a job of a key never starts while a job
+    of that key with an earlier turn has not started: the slot goes to the earlier one."""
+    a = enqueue("A", "a0", "a1", "a2")
+    store_ = Store(redis_db)
+    first = claim(store_, "1")
+    assert first is not None and claim(store_, "2") is None
+    assert store_.complete(done(first), 60)  # A1 woken, holding A's slot
+    woken = redis_db.lpop("rq:queue:default")
+    assert woken == a[1].encode()
+    redis_db.zadd(f"{INDEX}\ntests.per_account\nA", {a[1]: 0})  # A1 back at the front of A's line
+    redis_db.zrem(SLOTS, a[1])
+    redis_db.zpopmax(f"{INDEX}\ntests.per_account\nA")  # A2 woken after it, holding the slot
+    redis_db.zadd(SLOTS, {a[2]: time.time() + 60})
+    redis_db.rpush("rq:queue:default", a[2])
+    assert claim(store_, "3") is None  # A2 does not start ahead of A1...
+    assert line(redis_db) == [a[1], a[2]]
+    assert look_now(redis_db, store_) == 1  # ...A1 is woken in its place
+    started = claim(store_, "4")
+    assert started is not None and started.id == a[1]
+
+
+def test_cancelling_a_keyed_job_held_by_a_pause_takes_it_out_of_its_keys_line(redis_db):
     store_ = Store(redis_db)
     a = pause_after_a_wake_up(redis_db, store_)
     assert cancel(a[1]) is CancelResult.CANCELLED
-    assert not redis_db.exists(HELD)
     assert line(redis_db) == [a[2]]  # the other keyed job keeps its place
     assert not {b"dj_parked", b"dj_line", b"dj_turn"} & set(redis_db.hgetall(f"rq:job:{a[1]}"))
 

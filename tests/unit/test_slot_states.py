@@ -28,7 +28,7 @@ def test_a_plain_job_runs_returns_completes_and_goes_idle():
     assert (slot.state, slot.token, slot.started) == (State.RUNNING, START.token, [("job-1", "default")])
     assert slot.settlement is Settlement.LOST
     slot.feed(encode(Mark.RETURNED) + encode(Mark.COMPLETING))
-    assert slot.state is State.COMPLETING and slot.settlement is Settlement.COMPLETE
+    assert slot.state is State.COMPLETING and slot.settlement is Settlement.COMPLETION  # published
     slot.feed(encode(Mark.DONE))
     assert slot.state is State.IDLE and slot.attempt is None and slot.settlement is Settlement.NOTHING
 
@@ -64,6 +64,7 @@ def test_a_second_start_report_while_running_is_refused_and_the_first_attempt_ke
         ((Event.STOP,), Settlement.HAND_BACK),
         ((Event.OVERRAN, Event.STOP), Settlement.HAND_BACK),
         ((Event.OVERRAN, Event.DONE), Settlement.NOTHING),  # its attempt ended before the kill
+        ((Event.OVERRAN, Event.RETURNED, Event.COMPLETING), Settlement.COMPLETION),  # its end published
     ],
     ids=lambda value: "-".join(value) if isinstance(value, tuple) else value.value,
 )

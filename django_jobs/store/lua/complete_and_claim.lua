@@ -30,7 +30,7 @@ local function fair()
   if not made then
 ${READY}
 ${FAIR}
-    made = {live = live, park = park, next_turn = next_turn, key_of = key_of}
+    made = {live = live, park = park, next_turn = next_turn, key_of = key_of, before = before}
   end
   return made
 end

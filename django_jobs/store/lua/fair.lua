@@ -9,13 +9,17 @@
 -- slots, scored by when the hold lapses) until it is claimed, so no newcomer takes it. A woken job
 -- that still finds no room goes back to its own turn. A job that goes back to the head of its queue
 -- (its worker died, or runjobs handed it back) keeps its slot the same way, and the front of its line
--- (keep_turn). Maintenance wakes what a wake-up missed.
+-- (keep_turn). Maintenance wakes what a wake-up missed. While its type is paused a line is not woken
+-- (its jobs could only be parked again) and a keyed job the claim meets waits in its line, so the line
+-- stays the one place that orders a key's jobs; a job that comes back with its turn never starts
+-- while a job of its key with an earlier turn waits (before).
 -- Goes after the NOW and READY snippets. A queue is the table of its keys every script is given (its
 -- index of lines: queue.lines); a scope's keys are {slots = ..., line = ...}, and its limits (the JSON
 -- of Scope.arg, decoded) {concurrency, rate, period, rate_prefix (of its counters), prefix (of the job
 -- hashes), scope (its name), hold (seconds a woken job holds its slot)}; 0 means no such limit.
 -- Keys its callers may build: a scope's line (the index key, '\n', the scope), slots and rate counter
--- (from the prefixes in the limits), and a woken job's hash.
+-- (from the prefixes in the limits), a woken job's hash, and the hash of a job holding a slot for its
+-- turn.
 
 -- A job hash's key value (${F_LIMIT_KEY}) and turn (${F_TURN}), from its HGETALL reply: read only for
 -- a job whose type has limit_key, so that a plain job's claim does not look for them.
@@ -54,6 +58,27 @@ local function room(leases, lost, slots, limits, counters)
     free = math.min(free, limits.rate - started)
   end
   return free
+end
+
+-- Whether a job of a scope that has not started comes before the job id (its turn; nil: a job new to
+-- its line, behind every one of them): the head of its line (the key 'line') with an earlier turn, or
+-- another woken job (a live hold in 'slots') with an earlier turn. prefix: the job hash prefix.
+local function before(line, slots, id, turn, prefix)
+  local head = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
+  if head[1] and (not turn or tonumber(head[2]) < turn) then return true end
+  for _, held in ipairs(redis.call('ZRANGEBYSCORE', slots, '(' .. now, '+inf')) do
+    if held ~= id and not string.find(held, ':', 1, true) then
+      local theirs = tonumber(redis.pcall('HGET', prefix .. held, '${F_TURN}'))
+      if not turn or (theirs and theirs < turn) then return true end
+    end
+  end
+  return false
+end
+
+-- Whether the job type of a scope is paused (the paused hash, the field in its limits): its line
+-- is not woken, its jobs could only be parked again.
+local function paused_type(paused, limits)
+  return limits.paused_field ~= nil and redis.call('HEXISTS', paused, limits.paused_field) == 1
 end
 
 -- Park the job id (hash key) in its scope's line of the queue: at its own turn if it had one, else
@@ -95,10 +120,11 @@ local function unpark(queue, scope, n, slots, hold, prefix)
 end
 
 -- The attempt holding the slot 'token' of a scope (its keys; its limits) ended: free the slot, and if
--- the scope has room, wake the next job parked in its line of the queue.
+-- the scope has room and its type is not paused, wake the next job parked in its line of the queue.
 local function next_turn(leases, lost, scope, limits, queue, token)
   redis.call('ZREM', scope.slots, token)
-  if redis.call('EXISTS', scope.line) == 1 and room(leases, lost, scope.slots, limits, limits.rate_prefix) > 0 then
+  if redis.call('EXISTS', scope.line) == 1 and not paused_type(scope.paused, limits)
+     and room(leases, lost, scope.slots, limits, limits.rate_prefix) > 0 then
     unpark(queue, limits.scope, 1, scope.slots, limits.hold, limits.prefix)
   end
 end

@@ -23,11 +23,13 @@ end
 
 -- Wake the jobs of one due scope's line its key has room for, and say when to look again. A scope
 -- whose type has no limit_key here (its limit was removed, or this runjobs runs other code) has no
--- limit: its jobs are all woken, a batch per pass.
+-- limit: its jobs are all woken, a batch per pass. A line of a paused type is not woken (its jobs
+-- could only be parked again); it is looked at again after 'recheck', so a resume wakes it then.
 local function look(q, scope)
   local limit = limits[string.match(scope, '^(.*\n)') or '']
   local n, later, slots = batch, now + recheck, nil
-  if limit then
+  if limit and paused_type(paused, limit) then n = 0
+  elseif limit then
     slots = limit.slots_prefix .. scope
     n = math.min(n, room(leases, lost, slots, limit, limit.rate_prefix .. scope .. ':'))
     if limit.rate > 0 then later = math.min(later, (math.floor(now / limit.period) + 1) * limit.period) end
