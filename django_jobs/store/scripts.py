@@ -104,8 +104,8 @@ INTERFACES = {
             groups=(
                 Group("queue", Times.MANY, keys=QUEUE, args=("name", "prioritized")),
                 Group("limited", Times.MANY, keys=("key",)),
-                Group("done", Times.MAYBE, keys=("hash",), args=("token", "result")),
-                Group("done_queue", Times.MAYBE, keys=QUEUE),
+                Group("done", Times.MAYBE, keys=("hash", "wip"), args=("token", "result")),
+                Group("done_queue", Times.MAYBE, keys=QUEUE),  # with scope only: where its next job goes
                 SCOPE,
             ),
         ),
