@@ -145,8 +145,15 @@ class Claiming(Part):
         if not tokens:
             return Beat(set(), set())
         beats = [{"hash": keys.job_key(split_token(token)), "token": token} for token in tokens]
-        gone, cancelled = self.scripts.heartbeat(leases=keys.LEASES, lease_seconds=lease_seconds, beat=beats)
+        call = _heartbeat_packer()(lease_seconds=lease_seconds, beat=beats)
+        gone, cancelled = self.scripts.heartbeat.script(*call)
         return Beat({text(t) for t in gone}, {text(t) for t in cancelled})
+
+
+@functools.cache
+def _heartbeat_packer() -> Packer:
+    """The heartbeat's packer: the leases packed once."""
+    return INTERFACES["heartbeat"].packer(leases=keys.LEASES)
 
 
 _Done = tuple[dict[str, Any] | None, dict[str, str] | None, dict[str, str] | None]

@@ -217,12 +217,14 @@ def script_text(name: str) -> str:
     snippets and names filled in.
 
     The files are :class:`string.Template` text: ``${NOW}`` (the Redis-time prologue), ``${READY}``
-    (where a ready id goes), ``${FAIR}`` (limits per key: park, wake), ``${GATES}`` (the claim's
-    gates), ``${BAND}``, ``${QUEUED}``..., ``${F_ATTEMPT}``..., ``${END_DEAD}``..., and ``$$`` for a ``$``.
+    (where a ready id goes), ``${FAIR}`` (limits per key: park, wake), ``${FAIR_MADE}`` (both, made
+    by the first call of ``fair()``), ``${GATES}`` (the claim's gates), ``${BAND}``, ``${QUEUED}``...,
+    ``${F_ATTEMPT}``..., ``${END_DEAD}``..., and ``$$`` for a ``$``.
     """
     interface = INTERFACES.get(name)
     prologue = interface.prologue() if interface else ""
     snippets = {"NOW": _lua("now"), "READY": _lua("ready"), "FAIR": _lua("fair")}
+    snippets["FAIR_MADE"] = _lua("fair_made", READY=snippets["READY"], FAIR=snippets["FAIR"])
     if "${GATES}" in _file(name):
         snippets["GATES"] = gates_text()
     return prologue + _lua(name, **snippets)

@@ -26,18 +26,7 @@
 -- {finished_ok, expired}; expired is {queue number, id, fields, ...} of each job it dropped because it
 -- expired, or false (nil to the caller) when none did.
 ${NOW}
--- The functions of limits per key (fair.lua, and ready.lua's they use), made only once a claim or a
--- completion needs them, so that a plain job's claim does not pay for making them.
-local made
-local function fair()
-  if not made then
-${READY}
-${FAIR}
-    made = {live = live, park = park, next_turn = next_turn, key_of = key_of}
-  end
-  return made
-end
-
+${FAIR_MADE}
 local finished = 0
 if done and redis.call('ZREM', leases, done.token) == 1 then
   finished = 1
