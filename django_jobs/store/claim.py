@@ -110,19 +110,19 @@ class Claiming(Part):
         pack = _claim_packer(tuple(queues), limits, high, limit_wait)
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         script = self.scripts.complete_and_claim.script
-
-        def claim(finished: Finished | None) -> Any:
-            done, done_queue, scope = _done(finished)
-            call = pack(
-                stamp=stamp, finished_ttl=finished_ttl, worker=worker_name, lease_seconds=lease_seconds,
-                nonce=nonce, done=done, done_queue=done_queue, scope=scope,
-            )  # fmt: skip
-            return script(*call)
-
-        reply = claim(finished)
+        done, done_queue, scope = _done(finished)
+        call = pack(
+            stamp=stamp, finished_ttl=finished_ttl, worker=worker_name, lease_seconds=lease_seconds,
+            nonce=nonce, done=done, done_queue=done_queue, scope=scope,
+        )  # fmt: skip
+        reply = script(*call)
         ok, expired = bool(reply[0]), _expired(queues, reply[1])
         while len(reply) == 3:  # it deferred, parked or dropped a batch of jobs: look behind them
-            reply = claim(None)
+            call = pack(
+                stamp=stamp, finished_ttl=finished_ttl, worker=worker_name, lease_seconds=lease_seconds,
+                nonce=nonce, done=None, done_queue=None, scope=None,
+            )  # fmt: skip
+            reply = script(*call)
             expired += _expired(queues, reply[1])
         if len(reply) == 2:
             return Claim(ok, None, expired)
@@ -166,7 +166,7 @@ def _done(finished: Finished | None) -> _Done:
         return None, None, None
     done = {
         "hash": keys.job_key(split_token(finished.token)),
-        "wip": keys.wip_key(finished.queue),
+        "wip": queue_keys(finished.queue)["wip"],
         "token": finished.token,
         "result": finished.result or "",
     }

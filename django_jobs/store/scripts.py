@@ -258,13 +258,11 @@ class Scripts:
     """Every declared script of one connection: ``scripts.fail(token=..., ...)``."""
 
     def __init__(self, connection: Redis) -> None:
-        self._bound = {name: Bound(connection, interface) for name, interface in INTERFACES.items()}
+        # attributes, so that the claim's lookup is a plain one: __getattr__ only names a wrong one
+        self.__dict__.update({name: Bound(connection, interface) for name, interface in INTERFACES.items()})
 
     def __getattr__(self, name: str) -> Bound:
-        try:
-            return self._bound[name]
-        except KeyError:
-            raise AttributeError(f"no store script {name!r}") from None
+        raise AttributeError(f"no store script {name!r}")
 
 
 class Part:
