@@ -34,7 +34,13 @@ MATRIX = [
                 "--ignore=tests/acceptance/test_redis_limits.py",
                 "--ignore=tests/acceptance/test_flow_control.py",
             ],
-            "postgres": ["tests/integration", "tests/browser", "tests/observability"],
+            # the lifecycle state machine on PostgreSQL too: its ledger and dead letters use the database
+            "postgres": [
+                "tests/integration",
+                "tests/browser",
+                "tests/observability",
+                "tests/fuzz/test_lifecycle_machine.py",
+            ],
         },
     ),
     (  # the newest Django that django-prometheus 2.5 allows

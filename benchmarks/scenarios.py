@@ -23,7 +23,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from django_jobs import get_job
-from django_jobs.enqueue import Options, enqueue_calls
+from django_jobs.client.enqueue import Options, enqueue_calls
 from django_jobs.models import DeadLetter, IdempotencyKey, OutboxEntry
 from django_jobs.store import LEASES, job_key, queue_key
 

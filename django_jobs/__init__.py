@@ -5,10 +5,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .cancellation import cancel, cancel_requested
-from .context import JobContext
-from .context import current as current_job
-from .exceptions import (
+from django_jobs.core.cancellation import cancel, cancel_requested
+from django_jobs.core.context import JobContext
+from django_jobs.core.context import current as current_job
+from django_jobs.core.registry import job
+from django_jobs.core.results import JobError, JobHandle, JobState, get_job
+from django_jobs.exceptions import (
     JobCancelled,
     JobDoesNotExist,
     JobsError,
@@ -19,17 +21,15 @@ from .exceptions import (
     Snooze,
     SnoozedTooOften,
 )
-from .idempotency import claim, claim_key, idempotent
-from .policy import RetryPolicy
-from .registry import job
-from .results import JobError, JobHandle, JobState, get_job
-from .store import CancelResult
+from django_jobs.flow.idempotency import claim, claim_key, idempotent
+from django_jobs.policy import RetryPolicy
+from django_jobs.store import CancelResult
 
 if TYPE_CHECKING:
-    from .batches import batch, batch_callback
-    from .chains import Page, chain
-    from .pausing import pause, paused, resume
-    from .retrying import retry_now
+    from django_jobs.failures.retrying import retry_now
+    from django_jobs.flow.pausing import pause, paused, resume
+    from django_jobs.workflows.batches import batch, batch_callback
+    from django_jobs.workflows.chains import Page, chain
 
 __all__ = [
     "CancelResult",
@@ -68,18 +68,18 @@ __all__ = [
 #: Public names whose modules need the app registry ready (they use models) or settings (django_rq
 #: reads them on import): imported on first use.
 _AFTER_SETUP = {
-    "chain": "chains",
-    "Page": "chains",
-    "retry_now": "retrying",
-    "pause": "pausing",
-    "resume": "pausing",
-    "paused": "pausing",
-    "batch": "batches",
-    "batch_callback": "batches",
+    "chain": "django_jobs.workflows.chains",
+    "Page": "django_jobs.workflows.chains",
+    "retry_now": "django_jobs.failures.retrying",
+    "pause": "django_jobs.flow.pausing",
+    "resume": "django_jobs.flow.pausing",
+    "paused": "django_jobs.flow.pausing",
+    "batch": "django_jobs.workflows.batches",
+    "batch_callback": "django_jobs.workflows.batches",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _AFTER_SETUP:
-        return getattr(import_module(f".{_AFTER_SETUP[name]}", __name__), name)
+        return getattr(import_module(_AFTER_SETUP[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,7 @@ from django.apps import AppConfig
 from django.utils.module_loading import autodiscover_modules
 
 if TYPE_CHECKING:
-    from .outcomes import Subscriber
+    from django_jobs.core.outcomes import Subscriber
 
 
 class DjangoJobsConfig(AppConfig):
@@ -20,20 +20,15 @@ class DjangoJobsConfig(AppConfig):
     discovered: frozenset[str] = frozenset()
 
     def ready(self) -> None:
-        # checks, chains and batches register on import
-        from . import (  # noqa: F401
-            batches,
-            chains,
-            checks,
-            collectors,
-            cron,
-            deadletter,
-            enqueue,
-            outcomes,
-            registry,
-            tracing,
-        )
-        from .conf import jobs_settings, task_backend_aliases
+        # The composition root: each service is connected here, from above, so that the layers below
+        # (the registry, the outcome pipeline) never import one. checks and chains register on import.
+        from django_jobs import checks  # noqa: F401
+        from django_jobs.client import enqueue
+        from django_jobs.conf import jobs_settings, task_backend_aliases
+        from django_jobs.core import outcomes, registry, tracing
+        from django_jobs.failures import deadletter
+        from django_jobs.ops import collectors
+        from django_jobs.workflows import batches, chains, cron  # noqa: F401
 
         registry.deliver_through(enqueue.enqueue_calls)
         tasks = bool(task_backend_aliases())
@@ -58,6 +53,6 @@ class DjangoJobsConfig(AppConfig):
     def _task_subscribers() -> list[tuple[str, Subscriber]]:
         """The worker's Django Tasks signals. Imported only when ``settings.TASKS`` names django_jobs'
         backend: ``django.tasks`` (or the ``django_tasks`` backport) may not be installed otherwise."""
-        from .tasks.events import on_attempt_ended
+        from django_jobs.tasks.events import on_attempt_ended
 
         return [("Sending the task signals", on_attempt_ended)]

@@ -13,14 +13,13 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.urls import get_resolver
 from django.utils.module_loading import import_string
 from redis.exceptions import RedisError
-from rq.serializers import JSONSerializer, resolve_serializer
 
-from . import conf, registry
-from .conf import jobs_settings
-from .connections import cluster_mode, queue_configs
-from .eviction import eviction_policy
-from .exceptions import JobNotFound
-from .inspect import server_connections
+from django_jobs import conf
+from django_jobs.conf import jobs_settings
+from django_jobs.core import registry
+from django_jobs.core.connections import cluster_mode, queue_configs, serializer_problem, server_connections
+from django_jobs.exceptions import JobNotFound
+from django_jobs.ops.eviction import eviction_policy
 
 
 def _installed() -> list[str]:
@@ -56,18 +55,6 @@ def check_apps(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) ->
             )
         )
     return problems
-
-
-def serializer_problem(config: Any) -> str | None:
-    """Why django-rq would not decode this queue's jobs with JSON (it reads only the queue's key)."""
-    serializer = config.get("SERIALIZER") if isinstance(config, dict) else None
-    try:
-        resolved = resolve_serializer(serializer)
-    except Exception as exc:
-        return f"SERIALIZER {serializer!r} cannot be loaded ({exc})"
-    if isinstance(resolved, type) and issubclass(resolved, JSONSerializer):
-        return None
-    return f"SERIALIZER is {serializer or 'unset'}, so pickle"
 
 
 def _queue_problems() -> list[CheckMessage]:
@@ -130,22 +117,45 @@ def _jobs_setting_problems() -> list[CheckMessage]:
     if any(p.id == "django_jobs.E005" for p in found):
         return messages
     cron_readable = not any(p.id == "django_jobs.E011" for p in found)
-    return [*messages, *(_cron_problems() if cron_readable else []), *_redact_problems()]
+    cron = _cron_problems() if cron_readable else []
+    return [*messages, *cron, *_redact_problems(), *_alert_hook_problems()]
 
 
 def _redact_problems() -> list[CheckMessage]:
-    hook = jobs_settings.REDACT
-    try:
-        resolved = import_string(hook) if isinstance(hook, str) else hook
-    except ImportError as exc:
-        resolved, problem = None, str(exc)
-    else:
-        problem = "" if callable(resolved) else f"{hook!r} is not callable"
-    if resolved is None or problem:
+    problem = _callable_problem(jobs_settings.REDACT)
+    if problem:
         return [Error(f"JOBS['REDACT'] cannot be used: {problem}.",
                       hint="A callable redact(data, *, job_name) -> data, or its dotted path.",
                       id="django_jobs.E013")]  # fmt: skip
     return []
+
+
+def _alert_hook_problems() -> list[CheckMessage]:
+    """A hook that cannot be imported would fail only when a job is dead-lettered: a silent alert.
+    A value that cannot be read as a list is E014's."""
+    try:
+        hooks = jobs_settings.ALERT_HOOKS
+    except TypeError:
+        return []
+    return [
+        Error(
+            f"JOBS['ALERT_HOOKS'][{n}] cannot be used: {problem}.",
+            hint="A callable alert(dead_letter), or its dotted path, such as "
+            "'django_jobs.failures.alerts.log_and_mail_admins'.",
+            id="django_jobs.E035",
+        )
+        for n, hook in enumerate(hooks)
+        if (problem := _callable_problem(hook))
+    ]
+
+
+def _callable_problem(hook: object) -> str:
+    """Why a setting's callable, or its dotted path, cannot be called; empty if it can."""
+    try:
+        resolved = import_string(hook) if isinstance(hook, str) else hook
+    except ImportError as exc:
+        return str(exc)
+    return "" if callable(resolved) else f"{hook!r} is not callable"
 
 
 def _cron_problems() -> list[CheckMessage]:

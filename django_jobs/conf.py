@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 if TYPE_CHECKING:
-    from .policy import RetryPolicy
+    from django_jobs.policy import RetryPolicy
 
 MODES = ("queue", "immediate", "capture")
 LOG_FORMATS = ("text", "json")
@@ -43,7 +43,9 @@ class JobsSettings:
     # Encoded payloads larger than this raise PayloadError at enqueue.
     MAX_PAYLOAD_BYTES: int = 64 * 1024
     # Dotted paths of callables alert(dead_letter) run after a job is dead-lettered.
-    ALERT_HOOKS: list[str] = field(default_factory=lambda: ["django_jobs.alerts.log_and_mail_admins"])
+    ALERT_HOOKS: list[str] = field(
+        default_factory=lambda: ["django_jobs.failures.alerts.log_and_mail_admins"]
+    )
     # Seconds after an alert during which dead letters of the same kind are only counted; the count
     # goes out in one summary when the window closes.
     ALERT_WINDOW: float = 300
@@ -75,7 +77,7 @@ class JobsSettings:
     REQUEUE_RATE: float = 20
     # redact(data, *, job_name) -> data (or its dotted path), applied to payloads before the admin or
     # the deadletters command shows them.
-    REDACT: str | Callable[..., Any] = "django_jobs.redaction.mask_secrets"
+    REDACT: str | Callable[..., Any] = "django_jobs.failures.redaction.mask_secrets"
     # Modules that define jobs outside an installed app's jobs.py, imported at start-up with the
     # jobs modules, so runjobs knows every job the web process can enqueue.
     IMPORT_MODULES: list[str] = field(default_factory=list)
@@ -108,7 +110,7 @@ class JobsSettings:
 
     def default_retry(self) -> RetryPolicy:
         """The policy of every job that passes no ``retry=``; raises ValueError or TypeError if malformed."""
-        from .policy import RetryPolicy
+        from django_jobs.policy import RetryPolicy
 
         return RetryPolicy(**self.DEFAULT_RETRY)
 
@@ -294,7 +296,7 @@ def _choice_problem(
 
 
 def _retry_problems(given: dict[str, Any]) -> list[Problem]:
-    from .policy import RetryPolicy
+    from django_jobs.policy import RetryPolicy
 
     try:
         RetryPolicy(**dict(given.get("DEFAULT_RETRY", DEFAULTS["DEFAULT_RETRY"])))

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 
-from django.db import models
+from django.db import connections, models, router
 from django.utils import timezone
 
 
@@ -48,10 +49,29 @@ class OutboxEntry(OutboxFields):
     limit_key = models.CharField(
         max_length=100, default="", db_default="", blank=True, help_text="The key its limits count under."
     )
+    pushed_to = models.CharField(
+        max_length=64,
+        default="",
+        db_default="",
+        blank=True,
+        help_text="The run_id of the Redis server it was pushed to, unconfirmed by replicas.",
+    )
 
     class Meta:
         verbose_name = "outbox entry"
         verbose_name_plural = "outbox entries"
+
+
+def outbox_aliases() -> list[str]:
+    """The databases that hold an outbox table."""
+    return [alias for alias in connections if router.allow_migrate_model(alias, OutboxEntry)]
+
+
+def forget_ended(job_ids: Collection[str]) -> None:
+    """Delete the outbox rows of jobs that ended before they ran, from every outbox: a row left
+    behind is one the relay or the ledger sweep pushes again once Redis has lost the job's end."""
+    for alias in outbox_aliases():
+        OutboxEntry.objects.using(alias).filter(pk__in=list(job_ids)).delete()
 
 
 class PlainOutboxEntry(OutboxFields):

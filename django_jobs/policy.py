@@ -7,7 +7,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from .exceptions import PayloadError, PermanentError
+from django_jobs.exceptions import PayloadError, PermanentError
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ RQ_QUEUES = {
 }
 JOBS = {
     # Dead letters are logged (and mailed to ADMINS, of which the demo has none).
-    "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins"],
+    "ALERT_HOOKS": ["django_jobs.failures.alerts.log_and_mail_admins"],
     # A stopping worker waits this long for running jobs; the shop's jobs take milliseconds.
     "SHUTDOWN_GRACE": 5,
 }

@@ -87,7 +87,7 @@ def redis_db(_redis_guard: redis.Redis) -> Iterator[redis.Redis]:
 @pytest.fixture
 def restore_registry() -> Iterator[None]:
     """Jobs a test defines are forgotten after it, so they cannot clash or show up in checks."""
-    from django_jobs import registry
+    from django_jobs.core import registry
 
     saved = dict(registry._registry)
     yield
@@ -119,7 +119,7 @@ def outcome_count(name: str, outcome: str, queue: str = "default") -> float:
     the web-side gauges, which would read Redis)."""
     from prometheus_client import CollectorRegistry
 
-    from django_jobs import metrics
+    from django_jobs.telemetry import metrics
 
     local = CollectorRegistry()
     local.register(metrics.JOBS_TOTAL)

@@ -93,7 +93,7 @@ RQ_QUEUES = {
 for _queue, _url in json.loads(os.environ.get("JOBS_TEST_QUEUE_URLS", "{}")).items():
     RQ_QUEUES[_queue] = {"URL": _url, "SERIALIZER": "rq.serializers.JSONSerializer"}
 JOBS = {
-    "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins", "tests.testapp.alerts.remember"],
+    "ALERT_HOOKS": ["django_jobs.failures.alerts.log_and_mail_admins", "tests.testapp.alerts.remember"],
     "LEASE_SECONDS": float(os.environ.get("JOBS_TEST_LEASE", "3")),
     "TIMEOUT_GRACE": 1,
     "CANCEL_GRACE": float(os.environ.get("JOBS_TEST_CANCEL_GRACE", "1")),
@@ -105,6 +105,8 @@ JOBS = {
     "DEFAULT_DURABILITY": os.environ.get("JOBS_TEST_DURABILITY", "fast"),
     "LEDGER_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_LEDGER_SWEEP", "10")),
     "BATCH_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_BATCH_SWEEP", "10")),
+    "FINISHED_TTL": int(os.environ.get("JOBS_TEST_FINISHED_TTL", "3600")),
+    "REPLICA_TIMEOUT": float(os.environ.get("JOBS_TEST_REPLICA_TIMEOUT", "0.5")),
 }
 # Django's Tasks framework: django.tasks on Django 6.0; on 5.2 the django_tasks backport, when installed.
 _TASKS_FRAMEWORK = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from django.core.management.base import CommandError
 
-from ..store import valid_job_id
+from django_jobs.store import valid_job_id
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser

@@ -4,7 +4,7 @@ import django.db.models.deletion
 import django.utils.timezone
 from django.db import migrations, models
 
-from django_jobs.triage import triage
+from django_jobs.failures.triage import triage
 
 
 def backfill(apps, schema_editor):

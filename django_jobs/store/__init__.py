@@ -4,7 +4,7 @@ declared in :mod:`.scripts`)."""
 
 from __future__ import annotations
 
-from .keys import (
+from django_jobs.store.keys import (
     DYING,
     JOB_PREFIX,
     LEASES,
@@ -17,9 +17,20 @@ from .keys import (
     wake_key,
     wip_key,
 )
-from .machine import Store
-from .model import Beat, CancelResult, Claim, Claimed, Finished, Pause, Pushable, Scope, Settled, VanishedId
-from .record import (
+from django_jobs.store.machine import Store
+from django_jobs.store.model import (
+    Beat,
+    CancelResult,
+    Claim,
+    Claimed,
+    Finished,
+    Pause,
+    Pushable,
+    Scope,
+    Settled,
+    VanishedId,
+)
+from django_jobs.store.record import (
     JOB_ID,
     JobRecord,
     Status,
@@ -33,7 +44,7 @@ from .record import (
     to_text,
     valid_job_id,
 )
-from .scripts import load
+from django_jobs.store.scripts import load
 
 __all__ = [
     "DYING",

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from . import keys
-from . import lifecycle as lc
-from .lifecycle import F, Status, Structure
-from .record import split_token, text
+from django_jobs.store import keys
+from django_jobs.store import lifecycle as lc
+from django_jobs.store.lifecycle import F, Status, Structure
+from django_jobs.store.record import split_token, text
 
 #: Members per LRANGE / ZRANGE page, and the COUNT of a SCAN step.
 PAGE = 1000

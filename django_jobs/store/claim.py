@@ -10,12 +10,12 @@ import json
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from . import keys
-from .interface import Packer
-from .lifecycle import F
-from .model import PARK_RECHECK, Beat, Claim, Claimed, Finished
-from .record import JobRecord, int_field, rq_timestamp, split_token, text
-from .scripts import INTERFACES, Part, queue_keys
+from django_jobs.store import keys
+from django_jobs.store.interface import Packer
+from django_jobs.store.lifecycle import F
+from django_jobs.store.model import PARK_RECHECK, Beat, Claim, Claimed, Finished
+from django_jobs.store.record import JobRecord, int_field, rq_timestamp, split_token, text
+from django_jobs.store.scripts import INTERFACES, Part, queue_keys
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:

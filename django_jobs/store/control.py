@@ -7,11 +7,11 @@ import datetime as dt
 
 from redis.exceptions import ResponseError
 
-from . import keys
-from .lifecycle import F
-from .model import CancelResult
-from .record import rq_timestamp, text
-from .scripts import Part, queue_keys
+from django_jobs.store import keys
+from django_jobs.store.lifecycle import F
+from django_jobs.store.model import CancelResult
+from django_jobs.store.record import rq_timestamp, text
+from django_jobs.store.scripts import Part, queue_keys
 
 #: The cancel script's replies.
 _CANCEL_REPLIES = {

@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from . import lifecycle as lc
-from .lifecycle import QueueKeys, queue_layout
+from django_jobs.store import lifecycle as lc
+from django_jobs.store.lifecycle import QueueKeys, queue_layout
 
 __all__ = ["QueueKeys", "queue_layout"]
 

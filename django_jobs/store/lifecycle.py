@@ -50,7 +50,7 @@ class F:
     LAST_HEARTBEAT = "last_heartbeat"  #: written at each claim, for RQ's tools
     # django_jobs's fields
     ATTEMPT = "dj_attempt"  #: attempts counted so far (the claim counts each; a snooze gives one back)
-    FIRST_STARTED = "dj_first_started"  #: the first attempt's start
+    FIRST_STARTED = "dj_first_started"  #: the first start: it started once (never given back)
     WORKERS = "dj_workers"  #: every attempt's worker, newline-separated, newest last
     HISTORY = "dj_history"  #: JSON list of the failed attempts (exception, message, traceback)
     REASON = "dj_reason"  #: why its last attempt failed (a dead letter reason)
@@ -61,7 +61,7 @@ class F:
     TRACE = "dj_trace"  #: the enqueuer's trace context
     CRON = "dj_cron"  #: the periodic run it belongs to
     BATCH = "dj_batch"  #: the batch it is a member of
-    EXPIRES = "dj_expires"  #: Unix time: not started by then, it is dropped unrun
+    EXPIRES = "dj_expires"  #: Unix time: not started by then (no dj_first_started), it is dropped unrun
     EXPIRED = "dj_expired"  #: set (to when) on a job dropped unrun because it expired; status canceled
     SNOOZES = "dj_snoozes"  #: how often it snoozed
     CANCEL = "dj_cancel"  #: when a running job was asked to stop
@@ -224,7 +224,8 @@ class State(enum.Enum):
     CANCELLED = "cancelled"
     """Cancelled before it ran, or its attempt ended after a cancel request."""
     EXPIRED = "expired"
-    """Dropped unrun by the claim: it had not started by its expiry (``dj_expired``)."""
+    """Dropped unrun by the claim: it had never started (no ``dj_first_started``) by its expiry
+    (``dj_expired``). A hand-back or a snooze gives an attempt back, not the start."""
     REPLACED = "replaced"
     """A debounced job a newer enqueue replaced: a tombstone (``dj_replaced_by``) with no data."""
 
@@ -399,7 +400,9 @@ TRANSITIONS: tuple[Transition, ...] = (
         _WAITING_ALL,
         {State.CANCELLED},
         "lua/cancel.lua",
-        "a waiting job out of every place it could be (a running one only gets dj_cancel)",
+        "a waiting job out of every place it could be (a running one only gets dj_cancel); then"
+        " cancellation.cancel deletes its outbox rows before it answers, so no relay or ledger sweep"
+        " pushes it again once Redis lost the cancel",
     ),
     _t("pause", _READY_AGAIN | {State.TURN}, {State.HELD}, "lua/pause.lua", "its queue or type paused"),
     _t("resume", {State.HELD}, _READY_AGAIN | {State.TURN}, "Store.resume", "the pause's field deleted"),
@@ -442,7 +445,7 @@ class Gate:
 #: looks only at a job with an expiry or a limits entry: the claim makes the gates (and the job's table)
 #: only for such a job, so that a plain job's claim makes none of them.
 GATES: tuple[Gate, ...] = (
-    Gate("expiry", frozenset({State.EXPIRED}), "a job that never started and whose dj_expires passed"),
+    Gate("expiry", frozenset({State.EXPIRED}), "a job with no dj_first_started whose dj_expires passed"),
     Gate("pause", frozenset({State.PARKED}), "a job of a paused type waits in its parked list"),
     Gate("line", frozenset({State.IN_LINE}), "a job of a key waits behind its line, or for room"),
     Gate("concurrency", frozenset({State.SCHEDULED}), "a job of a type at its concurrency limit"),

@@ -14,14 +14,14 @@ import weakref
 
 from redis import Redis
 
-from . import push
-from .claim import Claiming
-from .control import Control
-from .maintenance import Maintenance
-from .push import Pushing
-from .read import Reads
-from .scripts import Scripts
-from .settling import Settling
+from django_jobs.store import push
+from django_jobs.store.claim import Claiming
+from django_jobs.store.control import Control
+from django_jobs.store.maintenance import Maintenance
+from django_jobs.store.push import Pushing
+from django_jobs.store.read import Reads
+from django_jobs.store.scripts import Scripts
+from django_jobs.store.settling import Settling
 
 
 class Store(Pushing, Claiming, Settling, Control, Maintenance, Reads):

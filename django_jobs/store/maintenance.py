@@ -9,11 +9,11 @@ import functools
 import json
 from collections.abc import Sequence
 
-from . import keys, model
-from .claim import limit_entries
-from .model import VanishedId
-from .record import rq_timestamp, text, to_bytes
-from .scripts import Part, queue_keys
+from django_jobs.store import keys, model
+from django_jobs.store.claim import limit_entries
+from django_jobs.store.model import VanishedId
+from django_jobs.store.record import rq_timestamp, text, to_bytes
+from django_jobs.store.scripts import Part, queue_keys
 
 
 @functools.lru_cache(maxsize=64)

@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from . import keys
-from .lifecycle import F
-from .record import JobRecord, int_field, to_text
+from django_jobs.store import keys
+from django_jobs.store.lifecycle import F
+from django_jobs.store.record import JobRecord, int_field, to_text
 
 #: Seconds until maintenance looks at a line of parked jobs again, in case a wake-up was missed.
 PARK_RECHECK = 1.0

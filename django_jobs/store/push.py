@@ -7,11 +7,11 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from . import keys
-from .interface import Packer
-from .model import Pushable
-from .record import text
-from .scripts import INTERFACES, Part, queue_keys
+from django_jobs.store import keys
+from django_jobs.store.interface import Packer
+from django_jobs.store.model import Pushable
+from django_jobs.store.record import text
+from django_jobs.store.scripts import INTERFACES, Part, queue_keys
 
 #: Wake-up tokens a push leaves at most in a queue's wake list.
 WAKE_CAP = 64

@@ -18,12 +18,12 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from . import keys
-from . import lifecycle as lc
-from .lifecycle import F, State, Status
-from .model import Pause
-from .record import JobRecord, int_field, split_token, text, to_text
-from .scripts import Part
+from django_jobs.store import keys
+from django_jobs.store import lifecycle as lc
+from django_jobs.store.lifecycle import F, State, Status
+from django_jobs.store.model import Pause
+from django_jobs.store.record import JobRecord, int_field, split_token, text, to_text
+from django_jobs.store.scripts import Part
 
 #: Ids of a queue's list compared when looking for a ready job's place (LPOS MAXLEN): past them, the
 #: job is known to wait in the list but not how many are ahead of it.

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .lifecycle import F
-from .lifecycle import Status as Status  # re-exported: its home before the table
+from django_jobs.store.lifecycle import F
+from django_jobs.store.lifecycle import Status as Status  # re-exported: its home before the table
 
 #: What a job id may be: RQ's own rule (letters, digits, ``_`` and ``-``; rq.job.JOB_ID_PATTERN), at
 #: most 64 characters, the width of every job id column. Every id django_jobs makes is a uuid4 hex.

@@ -13,14 +13,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from redis import Redis
+from redis.client import Pipeline
 from redis.exceptions import NoScriptError
 
-from . import keys
-from .machine import Store
-from .model import Pushable
-from .push import push_calls
-from .record import text
-from .scripts import load
+from django_jobs.store import keys
+from django_jobs.store.machine import Store
+from django_jobs.store.model import Pushable
+from django_jobs.store.push import push_calls
+from django_jobs.store.record import text
+from django_jobs.store.scripts import load
 
 
 @dataclass(frozen=True)
@@ -41,10 +42,7 @@ def push_confirmed(store: Store, jobs: Iterable[Pushable], replicas: int, timeou
         with store.connection.pipeline(transaction=False) as pipe:
             for call_keys, call_args in calls:
                 pipe.evalsha(script.sha, len(call_keys), *call_keys, *call_args)
-            # A push of a job already there writes nothing, and WAIT waits only for this connection's
-            # last write: this one makes it cover everything the primary has acknowledged so far.
-            pipe.incr(keys.REPLICATION_MARK)
-            pipe.wait(replicas, max(1, int(timeout * 1000)))
+            _wait(pipe, replicas, timeout)
             try:
                 *results, _, acked = pipe.execute()
             except NoScriptError:  # a new primary (failover, restart) that has not seen the script
@@ -54,6 +52,23 @@ def push_confirmed(store: Store, jobs: Iterable[Pushable], replicas: int, timeou
                 continue
         return Confirmed({text(x) for result in results for x in result}, int(acked))
     raise AssertionError("unreachable")
+
+
+def _wait(pipe: Pipeline, replicas: int, timeout: float) -> None:
+    """Queue ``WAIT`` for ``replicas`` replicas. A push of a job already there writes nothing, and WAIT
+    waits only for this connection's last write: the mark's bump makes it cover everything the primary
+    has acknowledged so far."""
+    pipe.incr(keys.REPLICATION_MARK)
+    pipe.wait(replicas, max(1, int(timeout * 1000)))
+
+
+def confirm(connection: Redis, replicas: int, timeout: float) -> int:
+    """How many replicas (up to ``replicas``, waiting at most ``timeout`` s) have every write the primary
+    acknowledged before this call: the relay's check of pushes it made earlier, in one round trip."""
+    with connection.pipeline(transaction=False) as pipe:
+        _wait(pipe, replicas, timeout)
+        _, acked = pipe.execute()
+    return int(acked)
 
 
 @dataclass(frozen=True)

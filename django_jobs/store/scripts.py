@@ -20,9 +20,9 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.commands.core import Script
 
-from .interface import Group, Interface, Times
-from .keys import QueueKeys, queue_layout
-from .lifecycle import GATES, F, State, Status
+from django_jobs.store.interface import Group, Interface, Times
+from django_jobs.store.keys import QueueKeys, queue_layout
+from django_jobs.store.lifecycle import GATES, F, State, Status
 
 #: The scores of one priority in a queue's priority sets (``lua/ready.lua``): 201 bands of 2^44 stay
 #: below 2^52, so every score is an exact integer in a double.

@@ -7,11 +7,11 @@ import datetime as dt
 import functools
 from typing import Any
 
-from . import keys
-from .interface import Packer
-from .model import Scope, Settled
-from .record import rq_timestamp, split_token, to_bytes
-from .scripts import INTERFACES, Ending, Part, queue_keys
+from django_jobs.store import keys
+from django_jobs.store.interface import Packer
+from django_jobs.store.model import Scope, Settled
+from django_jobs.store.record import rq_timestamp, split_token, to_bytes
+from django_jobs.store.scripts import INTERFACES, Ending, Part, queue_keys
 
 
 def _ending(delay: float | None, cancel: bool) -> Ending:

@@ -11,7 +11,7 @@ runs every job: by name from the registry, never by importing a path read from R
 
 from __future__ import annotations
 
-from .backend import JobsBackend
-from .framework import InvalidTaskError, ResultDoesNotExist
+from django_jobs.tasks.backend import JobsBackend
+from django_jobs.tasks.framework import InvalidTaskError, ResultDoesNotExist
 
 __all__ = ["InvalidTaskError", "JobsBackend", "ResultDoesNotExist"]

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 from django.conf import settings
 from django.core.checks import CheckMessage
 
-from ..enqueue import enqueue_envelopes
-from ..envelope import Options
-from ..exceptions import JobDoesNotExist
-from ..results import get_job
-from . import checks, framework, options
-from .binding import Binding, bind, bound, task_for
-from .framework import InvalidTaskError, ResultDoesNotExist
-from .results import task_result
+from django_jobs.client.enqueue import enqueue_envelopes
+from django_jobs.core.envelope import Options
+from django_jobs.core.results import get_job
+from django_jobs.exceptions import JobDoesNotExist
+from django_jobs.tasks import checks, framework, options
+from django_jobs.tasks.binding import Binding, bind, bound, task_for
+from django_jobs.tasks.framework import InvalidTaskError, ResultDoesNotExist
+from django_jobs.tasks.results import task_result
 
 if TYPE_CHECKING:
     from django.tasks.backends.base import BaseTaskBackend

@@ -18,13 +18,13 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.utils import timezone
 
-from .. import execution, registry
-from ..exceptions import JobNotFound, ResultError, Snooze
-from ..results import JobState
-from ..store import Status
-from .framework import Framework, InvalidTaskError
-from .options import TaskSettings
-from .results import attempt_state, task_result
+from django_jobs.core import execution, registry
+from django_jobs.core.results import JobState
+from django_jobs.exceptions import JobNotFound, ResultError, Snooze
+from django_jobs.store import Status
+from django_jobs.tasks.framework import Framework, InvalidTaskError
+from django_jobs.tasks.options import TaskSettings
+from django_jobs.tasks.results import attempt_state, task_result
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
 
-from ..checks import serializer_problem
-from .binding import bound
-from .options import BackendOptions
+from django_jobs.core.connections import serializer_problem
+from django_jobs.tasks.binding import bound
+from django_jobs.tasks.options import BackendOptions
 
 OPTIONS_HINT = "See the README's 'Django Tasks' section for the backend's OPTIONS."
 

@@ -16,10 +16,10 @@ import json
 
 from django.utils import timezone
 
-from ..outcomes import AttemptEnded, Outcome
-from ..store import Status
-from .binding import bound, task_for
-from .results import attempt_state, task_result
+from django_jobs.core.outcomes import AttemptEnded, Outcome
+from django_jobs.store import Status
+from django_jobs.tasks.binding import bound, task_for
+from django_jobs.tasks.results import attempt_state, task_result
 
 
 def on_attempt_ended(event: AttemptEnded) -> None:

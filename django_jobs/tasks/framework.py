@@ -16,7 +16,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from ..outcomes import isolated
+from django_jobs.core.outcomes import isolated
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from ..policy import RetryPolicy
+from django_jobs.policy import RetryPolicy
 
 #: Seconds a task may run when neither ``TIMEOUT`` nor its own ``timeout`` says otherwise.
 DEFAULT_TIMEOUT = 300.0

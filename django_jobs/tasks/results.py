@@ -20,10 +20,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..results import JobState
-from ..store import Claimed, JobRecord, Status
-from ..store.lifecycle import F
-from .framework import Framework
+from django_jobs.core.results import JobState
+from django_jobs.store import Claimed, JobRecord, Status
+from django_jobs.store.lifecycle import F
+from django_jobs.tasks.framework import Framework
 
 STATUSES = {
     Status.QUEUED: "READY",

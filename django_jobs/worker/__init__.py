@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..connections import by_server, get_connection, queue_configs
-from ..exceptions import ConfigurationError
-from .process import BURST_WAIT
-from .servers import PROBE_TIMEOUT, Server
-from .supervisor import Supervisor
+from django_jobs.core.connections import by_server, get_connection, queue_configs
+from django_jobs.exceptions import ConfigurationError
+from django_jobs.worker.process import BURST_WAIT
+from django_jobs.worker.servers import PROBE_TIMEOUT, Server
+from django_jobs.worker.supervisor import Supervisor
 
 #: The worker's Redis socket timeout: above the 1 s idle BLPOP, low enough to notice a frozen Redis.
 WORKER_SOCKET_TIMEOUT = 10.0

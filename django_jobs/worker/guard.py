@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from ..store import Store
+from django_jobs.store import Store
 
 logger = logging.getLogger("django_jobs.worker")
 

@@ -27,12 +27,14 @@ from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from .. import conf, metrics, results
-from ..conf import LEDGER, jobs_settings
-from ..durability import ledger_queues, outbox_aliases
-from ..models import DeadLetter, OutboxEntry
-from ..store import Status, Store
-from ..store.replication import note_primary, read_primary
+from django_jobs import conf
+from django_jobs.conf import LEDGER, REPLICATED, jobs_settings
+from django_jobs.core import results
+from django_jobs.models import DeadLetter, OutboxEntry, outbox_aliases
+from django_jobs.ops.durability import ledger_queues
+from django_jobs.store import Status, Store
+from django_jobs.store.replication import note_primary, read_primary
+from django_jobs.telemetry import metrics
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -66,18 +68,24 @@ class Ledger:
     ) -> None:
         self.store, self.relay, self.owns = store, relay, owns
         self.watched: dict[str, str] = {}  # job id -> queue, of attempts started under this runjobs
+        self.started: set[str] = set()  # ids of "replicated" jobs that started here since the last settling
         self.identity: tuple[str, str] | None = None
         self.reachable = True
         self.sweep_at = 0.0  # monotonic; 0: as soon as possible
 
     def saw(self, started: Iterable[tuple[str, str]]) -> None:
-        """Attempts of these (job id, queue) started here: settle their rows once the jobs have finished."""
+        """Attempts of these (job id, queue) started here: settle their rows once the jobs have finished
+        ("ledger"), or at the next settling ("replicated": a job that started needs no row to reach Redis,
+        and a row left behind could create it anew once its hash expired)."""
         current = conf.current()  # read once per batch: the supervisor hands them over per pass
         for job_id, queue in started:
-            if current.durability(queue) == LEDGER:
+            level = current.durability(queue)
+            if level == LEDGER:
                 if len(self.watched) >= WATCH_LIMIT:
                     self.watched.pop(next(iter(self.watched)))
                 self.watched[job_id] = queue
+            elif level == REPLICATED:
+                self.started.add(job_id)
 
     def lost_contact(self) -> None:
         """Redis did not answer: once it does again, sweep (rows committed meanwhile were not pushed)."""
@@ -86,7 +94,10 @@ class Ledger:
     # --- settling what ran here ------------------------------------------------------------------
 
     def settle(self) -> None:
-        """Delete the rows of watched jobs that finished; forget those another attempt will report."""
+        """Delete the rows of "replicated" jobs that started and of watched jobs that finished; forget
+        those another attempt will report."""
+        _drop(sorted(self.started))  # if the database fails, they wait for the next settling
+        self.started.clear()
         head = list(itertools.islice(self.watched, BATCH * SETTLE_BATCHES))
         for start in range(0, len(head), BATCH):
             queues = {job_id: self.watched.pop(job_id) for job_id in head[start : start + BATCH]}
@@ -182,13 +193,18 @@ def _finished(statuses: dict[str, str | None]) -> set[str]:
     return done
 
 
+def _drop(ids: Sequence[str]) -> None:
+    """Delete the rows of ``ids`` from every outbox, in bulk."""
+    for alias in outbox_aliases() if ids else ():
+        for chunk in _chunks(ids):
+            OutboxEntry.objects.using(alias).filter(pk__in=chunk).delete()
+
+
 def _delete(done: Iterable[str], queues: dict[str, str]) -> None:
     """Delete the rows of ``done`` jobs from every outbox, in bulk; count them per queue."""
     ids = sorted(done)
     if not ids:
         return
-    for alias in outbox_aliases():
-        for chunk in _chunks(ids):
-            OutboxEntry.objects.using(alias).filter(pk__in=chunk).delete()
+    _drop(ids)
     for queue, count in Counter(queues.get(job_id, "") for job_id in ids).items():
         metrics.ledger(queue, settled=count)

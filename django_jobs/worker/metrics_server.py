@@ -14,10 +14,11 @@ from prometheus_client import start_http_server
 from prometheus_client.metrics_core import Metric
 from redis.exceptions import RedisError
 
-from .. import metrics, registry
-from ..connections import get_connection
-from ..outcomes import Outcome
-from ..store import Store
+from django_jobs.core import registry
+from django_jobs.core.connections import get_connection
+from django_jobs.core.outcomes import Outcome
+from django_jobs.store import Store
+from django_jobs.telemetry import metrics
 
 logger = logging.getLogger("django_jobs.worker")
 

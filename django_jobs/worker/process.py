@@ -19,13 +19,15 @@ from dataclasses import dataclass, field
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, stats
-from ..conf import jobs_settings
-from ..outcomes import AttemptEnded
-from ..pausing import Held, Plan
-from ..store import Claimed, Finished, Store, wake_key
-from .guard import ClaimBoard
-from .servers import IDLE_WAIT, Reach, Server, soonest_retry, wait_any
+from django_jobs.conf import jobs_settings
+from django_jobs.core import execution
+from django_jobs.core.outcomes import AttemptEnded
+from django_jobs.flow.pausing import Held, Plan
+from django_jobs.store import Claimed, Finished, Store, wake_key
+from django_jobs.telemetry import stats
+from django_jobs.worker.guard import ClaimBoard
+from django_jobs.worker.protocol import WIRE, Mark, encode_started
+from django_jobs.worker.servers import IDLE_WAIT, Reach, Server, soonest_retry, wait_any
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -34,6 +36,9 @@ _PR_SET_PDEATHSIG = 1
 BURST_WAIT = 60.0
 #: A claim that only completes the last job: no queue asked.
 _COMPLETE_ONLY = Plan([], "{}", frozenset())
+#: The reports that carry nothing but their kind, as sent: a plain job's cost no encoding.
+_RETURNED, _RAISED = WIRE[Mark.RETURNED], WIRE[Mark.RAISED]
+_COMPLETING, _DONE = WIRE[Mark.COMPLETING], WIRE[Mark.DONE]
 
 
 def die_with_parent() -> None:
@@ -97,8 +102,9 @@ class WorkProcess:
         # replaces, and this dataclass's repr (its Redis client's included) would cost every job.
         self._on_term = stop
 
-    def _report(self, line: str) -> None:
-        os.write(self.report_fd, line.encode() + b"\n")
+    def _report(self, wire: bytes) -> None:
+        """Send one report (``protocol``'s wire form) to the supervisor."""
+        os.write(self.report_fd, wire)
 
     def _post(self, claimed_ns: int) -> None:
         if self.board is not None:
@@ -149,7 +155,7 @@ class WorkProcess:
         server did not answer keeps the process (and its lease, in the supervisor) until it lands."""
         pending = any(one.finished for one in served)
         if not pending:
-            self._report("D")
+            self._report(_DONE)
         stats.flush(where, every=0)
         if stopping:
             if not pending:
@@ -196,21 +202,21 @@ class WorkProcess:
         self._post(sent)  # before anything else: from now on the lease guard watches this attempt
 
         def arm(timeout: float) -> None:
-            self._report(f"S {claimed.token} {claimed.queue} {time.monotonic() + timeout:.3f} {sent}")
+            self._report(encode_started(claimed.token, claimed.queue, time.monotonic() + timeout, sent))
 
         ended = self._run(store, claimed, arm)
         self._post(0)  # the job's code is done, or never ran (an undecodable job): nothing to kill for
         self.install_signals()  # a job may have replaced our handlers; shutdown must keep working
         finished = execution.completion(ended) if ended is not None else None
-        self._report("C" if finished else "D")  # "C": ran; keep the lease alive until the completion lands
+        self._report(_COMPLETING if finished else _DONE)  # keep the lease alive until the completion lands
         return finished
 
     def _ended(self, returned: bool) -> None:
         """The job's code is done: the lease guard stops watching (settling the end may wait on a
-        database or a hook as long as it must), and the supervisor learns that it returned ("R": if
-        this process dies from here on, the supervisor completes the job) or raised ("E")."""
+        database or a hook as long as it must), and the supervisor learns that it returned (if this
+        process dies from here on, the supervisor completes the job) or raised."""
         self._post(0)
-        self._report("R" if returned else "E")
+        self._report(_RETURNED if returned else _RAISED)
 
     def _due_soon(self, served: Sequence[Served]) -> bool:
         """In burst mode: is a retry or delayed job of our unpaused queues due within ``burst_wait``?

@@ -27,8 +27,8 @@ from redis import Redis
 from redis.connection import Connection
 from redis.exceptions import RedisError, TimeoutError
 
-from ..eviction import server_name
-from ..store import wake_key
+from django_jobs.store import wake_key
+from django_jobs.telemetry.logs import server_name
 
 logger = logging.getLogger("django_jobs.worker")
 

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from .. import deadletter
-from ..models import DeadLetter
-from ..store import (
+from django_jobs.failures import deadletter
+from django_jobs.models import DeadLetter
+from django_jobs.store import (
     DYING,
     LEASES,
     LOST,

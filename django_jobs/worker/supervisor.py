@@ -16,21 +16,23 @@ import signal
 import socket
 import time
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.db import connections
 from redis import Redis
 from redis.exceptions import RedisError
 
-from .. import execution, metrics, outcomes, registry, stats, tracing
-from ..conf import jobs_settings
-from ..exceptions import JobCancelled, JobTimeout, WorkerLost
-from ..logs import redis_location
-from ..store import Claimed, Finished, Settled, Store, keys, rq_timestamp, split_token
-from .guard import ClaimBoard, Heartbeat, LeaseGuard
-from .maintenance import Maintenance
-from .process import BURST_WAIT, WorkProcess, die_with_parent
-from .servers import Reach, Server
+from django_jobs.conf import jobs_settings
+from django_jobs.core import execution, outcomes, registry, tracing
+from django_jobs.exceptions import JobCancelled, JobTimeout, WorkerLost
+from django_jobs.store import Claimed, Finished, Settled, Store, keys, rq_timestamp, split_token
+from django_jobs.telemetry import metrics, stats
+from django_jobs.telemetry.logs import redis_location
+from django_jobs.worker.guard import ClaimBoard, Heartbeat, LeaseGuard
+from django_jobs.worker.maintenance import Maintenance
+from django_jobs.worker.process import BURST_WAIT, WorkProcess, die_with_parent
+from django_jobs.worker.servers import Reach, Server
+from django_jobs.worker.slot import DEADLINED, STOPPABLE, Event, Settlement, Slot, State
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -45,52 +47,6 @@ MAINTAIN_EVERY = 0.05
 #: Seconds the loop lets work processes' reports pile up once one arrives: each report only moves a
 #: deadline or a lease the supervisor keeps for seconds, and each wake-up costs CPU the jobs need.
 REPORT_PAUSE = 0.02
-
-
-@dataclass
-class Slot:
-    """What the supervisor knows about one work process."""
-
-    pid: int
-    fd: int
-    name: str
-    token: str | None = None
-    queue: str | None = None
-    deadline: float | None = None  # None while idle or completing
-    claimed: int | None = None  # time.monotonic_ns() at which the running attempt's claim was sent
-    buffer: bytes = b""
-    timed_out: bool = False
-    handed_back: bool = False
-    abandoned: bool = False  # its lease was taken back: nothing left to settle
-    suspect: str | None = None  # the running attempt's token, if the last heartbeat found no lease
-    returned: bool = False  # the running job's code returned: it succeeded, whatever happens next
-    ended: bool = False  # the running job's code returned or raised: nothing left to stop
-    started: list[tuple[str, str]] = field(default_factory=list)  # (job id, queue) since the last look
-    cancel_since: float | None = None  # when a heartbeat found the running attempt's cancel requested
-    cancelled: bool = False  # killed for outliving its cancel request's grace
-
-    def feed(self, data: bytes) -> None:
-        self.buffer += data
-        *lines, self.buffer = self.buffer.split(b"\n")
-        for line in lines:
-            if line == b"R":
-                self.returned = self.ended = True
-            elif line == b"C":
-                self.deadline = None
-            elif line == b"E":
-                self.ended = True
-            elif line == b"D":
-                self.token = self.queue = self.deadline = self.cancel_since = None
-            elif line[:2] == b"S ":
-                _, token, queue, deadline, claimed = line.decode().split()
-                self.token, self.queue, self.deadline, self.claimed = (
-                    token,
-                    queue,
-                    float(deadline),
-                    int(claimed),
-                )
-                self.returned, self.ended, self.cancel_since = False, False, None
-                self.started.append((split_token(token), queue))
 
 
 @dataclass
@@ -242,9 +198,11 @@ class Supervisor:
             os.close(slot.fd)
             self._unregister(slot)
             code = os.waitstatus_to_exitcode(status)
-            holding = slot.token is not None
-            if holding and not slot.abandoned:
-                self._settle_orphan(slot)
+            holding = slot.attempt is not None
+            settlement = slot.settlement
+            slot.on(Event.EXIT)
+            if settlement is not Settlement.NOTHING:
+                self._settle_orphan(slot, settlement)
             if code != 0 or holding:
                 now = time.monotonic()
                 self.exits.append(now)
@@ -275,18 +233,17 @@ class Supervisor:
         for _ in due:
             self._spawn()
 
-    def _settle_orphan(self, slot: Slot) -> None:
+    def _settle_orphan(self, slot: Slot, settlement: Settlement) -> None:
         """A child died holding a job: time it out, hand it back, complete it, cancel it, or count it lost."""
-        assert slot.token is not None
-        assert slot.queue is not None
-        shard = self.shard_of[slot.queue]
+        assert slot.attempt is not None
+        shard = self.shard_of[slot.attempt.queue]
         if not shard.reach.up():
             logger.warning(
                 "Could not settle job %s now (its Redis is down); its lease will be reaped.", slot.token
             )
             return
         try:
-            self._settle(shard.store, slot)
+            self._settle(shard.store, slot, settlement)
         except Exception as error:  # Redis down, or anything else: never fatal to runjobs
             # The lease is still in Redis: when it expires, the reaper settles the job instead.
             logger.warning(
@@ -298,71 +255,73 @@ class Supervisor:
             if isinstance(error, RedisError):
                 shard.reach.failed(error)
 
-    def _settle(self, store: Store, slot: Slot) -> None:
+    def _settle(self, store: Store, slot: Slot, settlement: Settlement) -> None:
         """Settle the attempt of a child that died, on its job's Redis. Its key's slot (``limit_key``)
         is kept by a job handed back, and passed on by one that ends."""
-        assert slot.token is not None
-        assert slot.queue is not None
-        if slot.handed_back or slot.deadline is None or slot.returned:
+        assert slot.attempt is not None
+        token, queue = slot.attempt.token, slot.attempt.queue
+        if settlement in (Settlement.COMPLETE, Settlement.HAND_BACK):
             scope, ttl = registry.limit_scope(self._claimed(store, slot).record), jobs_settings.FINISHED_TTL
-            if not slot.handed_back:  # it succeeded; only the completion was missing
+            if settlement is Settlement.COMPLETE:  # it succeeded; only the completion was missing
                 # the return value died with the process: the job is finished without its result
-                store.complete(Finished(slot.token, slot.queue, scope=scope), ttl)
-            elif store.release(slot.token, slot.queue, ttl, scope) is Settled.CANCELLED:
+                store.complete(Finished(token, queue, scope=scope), ttl)
+            elif store.release(token, queue, ttl, scope) is Settled.CANCELLED:
                 stopped = JobCancelled("The job was cancelled while runjobs was stopping.")
                 outcomes.publish(execution.cancelled(store, self._claimed(store, slot), stopped))
             return
-        outcomes.publish(execution.settle_failure(store, self._claimed(store, slot), self._ending(slot)))
+        ending = self._ending(slot, settlement)
+        outcomes.publish(execution.settle_failure(store, self._claimed(store, slot), ending))
 
     @staticmethod
     def _claimed(store: Store, slot: Slot) -> Claimed:
         """The attempt a dead child held, with its job's record as Redis holds it now."""
-        assert slot.token is not None
-        assert slot.queue is not None
-        job_id = split_token(slot.token)
-        return Claimed(slot.queue, job_id, slot.token, store.record(job_id))
+        assert slot.attempt is not None
+        job_id = split_token(slot.attempt.token)
+        return Claimed(slot.attempt.queue, job_id, slot.attempt.token, store.record(job_id))
 
     @staticmethod
-    def _ending(slot: Slot) -> Exception:
+    def _ending(slot: Slot, settlement: Settlement) -> Exception:
         """Why the attempt of a child that died running its job ended."""
-        if slot.cancelled:
+        if settlement is Settlement.CANCEL:
             return JobCancelled(
                 f"The job did not stop within {jobs_settings.CANCEL_GRACE:g} s of its cancel request "
                 "and was killed."
             )
-        if slot.timed_out:
+        if settlement is Settlement.TIMEOUT:
             return JobTimeout("The job ran past its timeout and was killed.")
         return WorkerLost(f"The work process running the job died (pid {slot.pid}).")
 
+    def _kill(self, slot: Slot, event: Event) -> None:
+        """Take ``event`` (a decision to kill) and SIGKILL the process; its death settles the rest."""
+        slot.on(event)
+        self._signal(slot.pid, signal.SIGKILL)
+
     def _enforce(self, now: float) -> None:
         for slot in self.slots.values():
+            attempt = slot.attempt
             if (
-                slot.deadline is not None
-                and not slot.timed_out
-                and now > slot.deadline + jobs_settings.TIMEOUT_GRACE
+                attempt is not None
+                and slot.state in DEADLINED
+                and now > attempt.deadline + jobs_settings.TIMEOUT_GRACE
             ):
-                logger.error("Job %s overran its timeout; killing work process %d", slot.token, slot.pid)
-                slot.timed_out = True
-                self._signal(slot.pid, signal.SIGKILL)
+                logger.error("Job %s overran its timeout; killing work process %d", attempt.token, slot.pid)
+                self._kill(slot, Event.OVERRAN)
             self._enforce_cancel(slot, now)
-            if self.stop_by is not None and now >= self.stop_by and not slot.handed_back:
-                if slot.token and slot.deadline is not None:
-                    slot.handed_back = True
+            if self.stop_by is not None and now >= self.stop_by and slot.state is not State.HANDED_BACK:
+                if slot.can(Event.STOP):
+                    slot.on(Event.STOP)
                 self._signal(slot.pid, signal.SIGKILL)  # idle ones too: one stuck on Redis never exits
 
     def _enforce_cancel(self, slot: Slot, now: float) -> None:
         """Kill an attempt still running ``CANCEL_GRACE`` after its supervisor learned of its cancel
         request. One whose code returned is left to complete: the completion won the race; one whose
         code raised is left to settle its failure, which ends it cancelled."""
-        if slot.cancel_since is None or slot.cancelled or slot.deadline is None or slot.ended:
-            return
-        if now > slot.cancel_since + jobs_settings.CANCEL_GRACE:
+        if slot.state is State.CANCELLING and now > slot.since + jobs_settings.CANCEL_GRACE:
             logger.warning(
                 "Job %s did not stop within %g s of its cancel request; killing work process %d",
                 slot.token, jobs_settings.CANCEL_GRACE, slot.pid,
             )  # fmt: skip
-            slot.cancelled = True
-            self._signal(slot.pid, signal.SIGKILL)
+            self._kill(slot, Event.GRACE_OVER)
 
     def _fence(self, gone: set[str], queues: Collection[str]) -> None:
         """Kill attempts whose lease was taken back (e.g. after a long Redis outage), so a job
@@ -378,14 +337,12 @@ class Supervisor:
         for slot in self.slots.values():
             if slot.queue not in queues:
                 continue
-            running = slot.deadline is not None and not slot.ended
-            missing = slot.token in gone and running and not slot.abandoned
+            missing = slot.state in STOPPABLE and slot.token in gone
             if missing and slot.suspect == slot.token:
                 logger.error(
                     "Lease of job %s was taken back; stopping its attempt in process %d", slot.token, slot.pid
                 )
-                slot.abandoned = True
-                self._signal(slot.pid, signal.SIGKILL)
+                self._kill(slot, Event.FENCE)
                 metrics.fenced(slot.queue or "", "lease_gone")
             slot.suspect = slot.token if missing else None
 
@@ -399,11 +356,11 @@ class Supervisor:
         for shard in self.shards:
             shard.maintenance.ledger.saw(pair for pair in started if pair[1] in shard.queues)
 
-    def _note_cancels(self, requested: set[str], now: float) -> None:
+    def _note_cancels(self, requested: set[str]) -> None:
         """Start the grace of each running attempt a heartbeat found asked to stop."""
         for slot in self.slots.values():
-            if slot.token in requested and slot.cancel_since is None and slot.deadline is not None:
-                slot.cancel_since = now
+            if slot.state is State.RUNNING and slot.token in requested:
+                slot.on(Event.CANCEL)
                 logger.info(
                     "Job %s was asked to stop; its work process %d is killed in %g s unless it stops first",
                     slot.token, slot.pid, jobs_settings.CANCEL_GRACE,
@@ -413,7 +370,8 @@ class Supervisor:
         """Log and count the attempts the lease guard killed (before their slots are reaped)."""
         for killed in self.guard.killed():
             slot = self.slots.get(killed.pid)
-            known = slot if slot is not None and slot.claimed == killed.claimed_ns else None
+            attempt = slot.attempt if slot is not None else None
+            known = attempt if attempt is not None and attempt.claimed_ns == killed.claimed_ns else None
             logger.error(
                 "No heartbeat of job %s reached Redis for %.1f s; killed its attempt in process %d "
                 "before its lease could expire, so it never runs twice at once",
@@ -421,7 +379,7 @@ class Supervisor:
                 killed.silent_for,
                 killed.pid,
             )
-            metrics.fenced(known.queue or "" if known else "", "deadline")
+            metrics.fenced(known.queue if known else "", "deadline")
 
     # --- Redis bookkeeping -----------------------------------------------------------------------
 
@@ -430,13 +388,13 @@ class Supervisor:
         (every third of a lease) refresh RQ's worker records."""
         for shard in self.shards:
             shard.heartbeat.publish(
-                (s.pid, s.token, s.claimed)
+                (s.pid, s.attempt.token, s.attempt.claimed_ns)
                 for s in self.slots.values()
-                if s.token and s.queue in shard.queues
+                if s.attempt is not None and s.attempt.queue in shard.queues
             )
             for gone in shard.heartbeat.gone():
                 self._fence(gone, shard.queues)
-            self._note_cancels(shard.heartbeat.cancels(), now)
+            self._note_cancels(shard.heartbeat.cancels())
         if now < self._next_heartbeat:
             return
         lease = jobs_settings.LEASE_SECONDS

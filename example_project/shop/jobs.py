@@ -23,7 +23,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_jobs import RetryPolicy, idempotent, job
-from django_jobs.chains import Page, chain
+from django_jobs.workflows.chains import Page, chain
 
 from .models import InventorySync, Order
 

@@ -16,9 +16,9 @@ import time
 import pytest
 import redis
 
-from django_jobs import deadletter
-from django_jobs.batches import batch
+from django_jobs.failures import deadletter
 from django_jobs.models import Batch, BatchCallback, BatchMember, DeadLetter
+from django_jobs.workflows.batches import batch
 from tests.acceptance.test_soak import _work_process_pids
 from tests.conftest import ROOT, wait_for
 from tests.testapp import jobs

@@ -14,7 +14,7 @@ from tests.conftest import wait_for
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
-pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True, databases="__all__")]
 
 
 def done(key: str) -> int:

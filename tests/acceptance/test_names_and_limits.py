@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from django_jobs import registry
-from django_jobs.backends.redis import push
-from django_jobs.enqueue import build
+from django_jobs.client.backends.redis import push
+from django_jobs.client.enqueue import build
+from django_jobs.core import registry
 from django_jobs.models import OutboxEntry
 from tests.acceptance.test_flow_control import max_overlap
 from tests.conftest import wait_for

@@ -1,5 +1,10 @@
 """Soak: idempotent jobs through three runjobs while a chaos loop SIGKILLs and restarts workers.
 
+Each job must complete exactly once: its guarded effect happens once, and of the attempts that ran
+to their end (each writes a row outside the guard) all but one were lost, as the job's history in
+Redis records: a kill after the code returned and before its completion landed costs a rerun, which
+the kills provoke on purpose. Any other second run is a job completed twice.
+
 Small in CI; ``JOBS_SOAK_JOBS`` and ``JOBS_SOAK_SECONDS`` make it bigger. The figures land in
 var/soak-report.json (the README quotes a large run).
 """
@@ -19,6 +24,7 @@ import pytest
 import redis
 
 from django_jobs.models import DeadLetter
+from django_jobs.store import Store
 from tests.conftest import ROOT, wait_for
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -36,6 +42,30 @@ def _work_process_pids(client: redis.Redis) -> list[int]:
         if pid and os.path.exists(f"/proc/{int(pid)}"):
             pids.append(int(pid))
     return pids
+
+
+def _lost_attempts(store: Store, job_id: str) -> set[int]:
+    """The attempts of a job that its history records as lost: their process died, or their lease
+    expired unrenewed, so their completion never landed."""
+    return {
+        entry.get("attempt")
+        for entry in store.record(job_id).history
+        if isinstance(entry, dict) and str(entry.get("exception", "")).endswith(".WorkerLost")
+    }
+
+
+def _completed_twice(store: Store) -> dict[str, list[int]]:
+    """Per job key, the attempts that ran to their end and were not lost, where there is more than one."""
+    runs: dict[tuple[str, str], list[int]] = {}
+    for row in SideEffect.objects.filter(key__startswith="ran:").values_list("key", flat=True):
+        key, job_id, attempt = row.removeprefix("ran:").split("|")
+        runs.setdefault((key, job_id), []).append(int(attempt))
+    twice = {}
+    for (key, job_id), attempts in runs.items():
+        completed = sorted(set(attempts) - _lost_attempts(store, job_id))
+        if len(completed) != 1 or len(attempts) != len(set(attempts)):
+            twice[key] = sorted(attempts)
+    return twice
 
 
 def test_every_job_ends_exactly_once_while_workers_are_killed(private_redis, runjobs):
@@ -69,6 +99,8 @@ def test_every_job_ends_exactly_once_while_workers_are_killed(private_redis, run
 
     done = list(SideEffect.objects.filter(key__startswith="s").values_list("key", flat=True))
     assert sorted(done) == sorted(f"s{i}" for i in range(JOBS))  # each side effect exactly once
+    twice = _completed_twice(Store(client))
+    assert not twice, f"jobs completed more than once (key: attempts that ran to their end): {twice}"
     assert not DeadLetter.objects.exists()
     for worker in workers:
         assert worker.proc.poll() is None, worker.output()

@@ -10,9 +10,10 @@ import re
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from django_jobs import overview, stats
-from django_jobs.connections import get_connection
+from django_jobs.core.connections import get_connection
 from django_jobs.models import DeadLetter
+from django_jobs.ops import overview
+from django_jobs.telemetry import stats
 from tests.conftest import wait_for
 from tests.integration.dashboard_support import ALL_PERMISSIONS, drain, record
 from tests.testapp import jobs

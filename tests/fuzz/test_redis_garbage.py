@@ -28,7 +28,7 @@ from django.utils import timezone
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from django_jobs.enqueue import build
+from django_jobs.client.enqueue import build
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import surrogate_id, valid_job_id
 from django_jobs.worker.structure import expected_types

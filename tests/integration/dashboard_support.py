@@ -10,8 +10,9 @@ from typing import Any
 
 from django.contrib.auth.models import Permission, User
 
-from django_jobs import deadletter, payload
-from django_jobs.connections import get_connection
+from django_jobs.core import payload
+from django_jobs.core.connections import get_connection
+from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter
 from django_jobs.testing import run_jobs
 

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from django.test import Client
 from django.urls import reverse
 
-from django_jobs import deadletter
+from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.testing import run_jobs
 from tests.integration.dashboard_support import ALL_PERMISSIONS, drain, operator, record
@@ -463,6 +463,7 @@ def test_the_job_page_shows_any_job_with_its_result_and_errors_and_hides_the_pay
     assert client.get(reverse("admin:django_jobs_deadletter_job", args=["unknownid"])).status_code == 404
 
 
+@pytest.mark.django_db(transaction=True, databases="__all__")  # a cancel deletes outbox rows
 def test_cancel_and_retry_now_from_the_job_page_act_and_are_audited(client, redis_db):
     from django_jobs.testing import run_jobs
     from tests.testapp import jobs

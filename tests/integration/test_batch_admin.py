@@ -7,9 +7,9 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.urls import reverse
 
-from django_jobs import outcomes
-from django_jobs.batches import batch
+from django_jobs.core import outcomes
 from django_jobs.models import Batch, BatchMember, DeadLetter
+from django_jobs.workflows.batches import batch
 from tests.integration.dashboard_support import operator
 from tests.integration.test_batches import drain, without_batch_subscriber
 from tests.testapp import jobs

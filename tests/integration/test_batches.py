@@ -11,14 +11,19 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_jobs import batches, deadletter, idempotency, metrics, outcomes, retrying
-from django_jobs.batches import batch, batch_callback
-from django_jobs.connections import get_connection
+from django_jobs import PermanentError
+from django_jobs.core import outcomes
+from django_jobs.core.connections import get_connection
 from django_jobs.exceptions import PayloadError
+from django_jobs.failures import deadletter, retrying
+from django_jobs.flow import idempotency
 from django_jobs.models import Batch, BatchCallback, BatchMember, DeadLetter, OutboxEntry
 from django_jobs.store import Store
+from django_jobs.telemetry import metrics
 from django_jobs.testing import capture_jobs, immediate_jobs, run_jobs
 from django_jobs.worker.maintenance import Maintenance
+from django_jobs.workflows import batches
+from django_jobs.workflows.batches import batch, batch_callback
 from tests.testapp import jobs
 from tests.testapp.models import Item, SideEffect
 
@@ -42,7 +47,7 @@ def relay() -> None:
     """The runjobs relay, once, as if every outbox row were over a second old: it pushes the rows
     and prunes those of jobs already in Redis."""
     OutboxEntry.objects.update(created_at=OutboxEntry.objects.first().created_at.replace(year=2000))
-    Maintenance(Store.of(get_connection("default")), ["default"], 0.1).relay_outbox()
+    Maintenance(Store.of(get_connection("default")), ["default"], 0.1).relay.run()
 
 
 def callbacks_ran() -> list[str]:
@@ -278,6 +283,18 @@ def test_in_immediate_mode_the_members_and_then_the_callbacks_run_inline():
         f"cb-complete|{created.pk}|succeeded|1|0",
         f"cb-success|{created.pk}|succeeded|1|0",
     ]
+
+
+def test_in_immediate_mode_a_dead_lettered_member_completes_the_batch_through_the_pipeline():
+    with pytest.raises(PermanentError), immediate_jobs(), batch(**both()) as created:
+        jobs.record.enqueue("inline")
+        jobs.permanent.enqueue("voided")  # raises to the commit, after its outcome was published
+    done = Batch.objects.get(pk=created.pk)
+    assert (done.status, done.succeeded, done.ended) == ("failed", 1, 1)
+    reasons = dict(BatchMember.objects.filter(batch=created).values_list("job_name", "reason"))
+    assert reasons == {"tests.record": "", "tests.permanent": BatchMember.Reason.DEAD_LETTERED}
+    assert callbacks_ran() == [f"cb-complete|{created.pk}|failed|1|1"]
+    assert states(created) == {"success": "skipped", "complete": "ran"}
 
 
 def test_capture_mode_records_the_members(redis_db):

@@ -10,7 +10,7 @@ import zlib
 import pytest
 from django.test import override_settings
 
-from django_jobs import payload
+from django_jobs.core import payload
 from django_jobs.exceptions import PayloadError, PayloadTooLarge
 from django_jobs.models import DeadLetter
 from django_jobs.testing import run_jobs

@@ -16,19 +16,21 @@ import redis
 from django.core.management import CommandError, call_command
 from django.db import transaction
 
-from django_jobs import CancelResult, JobCancelled, cancel, cancel_requested, registry, stats
-from django_jobs.execution import settle_failure
+from django_jobs import CancelResult, JobCancelled, cancel, cancel_requested
+from django_jobs.core import registry
+from django_jobs.core.execution import settle_failure
+from django_jobs.core.outcomes import Outcome
 from django_jobs.models import DeadLetter
-from django_jobs.outcomes import Outcome
 from django_jobs.signals import job_cancelled, job_failed
 from django_jobs.store import LEASES, Beat, Claimed, Finished, Settled, Store, parse_rq_timestamp
+from django_jobs.telemetry import stats
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.conftest import outcome_count
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")  # a cancel deletes outbox rows
 
 
 def done(key: str) -> int:
@@ -271,7 +273,7 @@ def test_a_lost_attempt_whose_cancel_was_requested_is_cancelled_by_the_reaper(re
     redis_db.zadd(LEASES, {claimed.token: 1})  # its worker died: the lease expired long ago
     loop = Maintenance(Store(redis_db), ["default"], 0.1)
     for _ in range(3):
-        loop.promote_and_reap()
+        loop.reaper.run()
     assert status(redis_db, handle.id) == b"canceled"
     assert redis_db.llen("rq:queue:default") == 0 and redis_db.zcard("djjobs:lost") == 0
     assert run_jobs() == 0 and done("lost") == 0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from django_jobs import chains
 from django_jobs.models import Chain
 from django_jobs.testing import run_jobs
+from django_jobs.workflows import chains
 from tests.testapp import jobs
 from tests.testapp.models import Item, SideEffect
 

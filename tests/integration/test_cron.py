@@ -11,9 +11,9 @@ from django.db import connection
 from django.test import override_settings
 
 from django_jobs import job
-from django_jobs.cron import Scheduler, overdue, schedules
 from django_jobs.models import CronRun
 from django_jobs.testing import run_jobs
+from django_jobs.workflows.cron import Scheduler, overdue, schedules
 from tests.testapp.models import SideEffect
 
 pytestmark = pytest.mark.django_db(transaction=True)

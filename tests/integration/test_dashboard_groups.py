@@ -10,8 +10,8 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
+from django_jobs.failures.triage import fingerprint, raising_frame, triage
 from django_jobs.models import DeadLetter
-from django_jobs.triage import fingerprint, raising_frame, triage
 from tests.integration.dashboard_support import drain, operator, record, traceback_text
 from tests.testapp import jobs
 

@@ -16,10 +16,10 @@ from django.urls import reverse
 from django.utils import timezone
 from rq.registry import StartedJobRegistry
 
-from django_jobs import stats
-from django_jobs.connections import get_connection
+from django_jobs.core.connections import get_connection
 from django_jobs.models import DeadLetter
 from django_jobs.store import Store, rq_timestamp
+from django_jobs.telemetry import stats
 from django_jobs.testing import run_jobs
 from tests.conftest import wait_for
 from tests.integration.dashboard_support import operator, record

@@ -15,7 +15,7 @@ from django.db import OperationalError, connection, transaction
 from django.utils import timezone
 
 from django_jobs import RetryPolicy, job
-from django_jobs.connections import get_connection
+from django_jobs.core.connections import get_connection
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import Store
 from django_jobs.testing import run_jobs

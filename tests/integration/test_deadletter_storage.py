@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_jobs import deadletter
+from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter
 from django_jobs.store import surrogate_id, valid_job_id
 from django_jobs.testing import run_jobs

@@ -264,7 +264,7 @@ def test_check_reports_queues_and_options_django_jobs_cannot_serve(settings):
 
 
 def test_a_task_of_another_backend_is_not_registered_as_ours():
-    from django_jobs import registry
+    from django_jobs.core import registry
     from django_jobs.exceptions import JobNotFound
 
     with pytest.raises(JobNotFound):

@@ -10,9 +10,10 @@ from django.core.checks import run_checks
 from django.db import transaction
 from django.utils import timezone
 
-from django_jobs import metrics
+from django_jobs import CancelResult, cancel
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import Store, keys
+from django_jobs.telemetry import metrics
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
@@ -95,6 +96,35 @@ def test_a_unique_duplicate_leaves_the_ledger(ledger, redis_db):
     assert list(OutboxEntry.objects.values_list("id", flat=True)) == [held.id]
 
 
+@pytest.mark.parametrize("delay", [0, 3600], ids=["queued", "delayed"])
+def test_a_cancelled_ledger_job_leaves_the_ledger_before_cancel_returns_and_no_sweep_brings_it_back(
+    ledger, redis_db, delay
+):
+    """CANCELLED is final in the database: Redis losing everything afterwards pushes nothing again."""
+    handle = jobs.record.enqueue_in(delay, "cancelled") if delay else jobs.record.enqueue("cancelled")
+    witness = jobs.record.enqueue("witness")
+    assert cancel(handle.id) is CancelResult.CANCELLED
+    assert list(OutboxEntry.objects.values_list("id", flat=True)) == [witness.id]
+    redis_db.flushdb()  # a restart without its data
+    age_rows()
+    maintenance(redis_db).ledger.sweep()
+    assert redis_db.lrange(keys.queue_key("default"), 0, -1) == [witness.id.encode()]
+    assert run_jobs() == 1 and list(SideEffect.objects.values_list("key", flat=True)) == ["witness"]
+
+
+def test_a_cancelled_job_whose_row_the_relay_has_not_pruned_yet_is_not_pushed_again(redis_db):
+    """At "fast" a transaction's row lives until the relay sees the job in Redis: cancelling deletes it."""
+    with transaction.atomic():
+        handle = jobs.record.enqueue("cancelled")
+    assert OutboxEntry.objects.filter(pk=handle.id).exists()  # the relay prunes it about a second later
+    assert cancel(handle.id) is CancelResult.CANCELLED
+    assert not OutboxEntry.objects.exists()
+    redis_db.flushdb()
+    age_rows()
+    maintenance(redis_db).relay.run()
+    assert run_jobs() == 0 and not SideEffect.objects.exists()
+
+
 def test_a_primary_change_is_recorded_once_and_brings_the_sweep_forward(ledger, redis_db):
     work = maintenance(redis_db)
     work.ledger.watch_primary()
@@ -120,11 +150,11 @@ def test_a_replicated_push_no_replica_confirms_keeps_its_row_and_returns_in_time
     assert list(OutboxEntry.objects.values_list("id", flat=True)) == [handle.id]
     assert metrics.UNREPLICATED.labels("default")._value.get() == before + 1
     age_rows()
-    maintenance(redis_db).relay_outbox()  # re-pushes (a no-op here), still no replica: the row stays
+    maintenance(redis_db).relay.run()  # re-pushes (a no-op here), still no replica: the row stays
     assert OutboxEntry.objects.filter(pk=handle.id).exists()
     assert redis_db.llen(keys.queue_key("default")) == 1
     settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": "replicated", "REPLICAS": 0}
-    maintenance(redis_db).relay_outbox()  # zero replicas asked: confirmed at once, the row goes
+    maintenance(redis_db).relay.run()  # zero replicas asked: confirmed at once, the row goes
     assert not OutboxEntry.objects.exists()
 
 

@@ -11,8 +11,8 @@ from django.test import override_settings
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
-from django_jobs import outbox
-from django_jobs.backends.redis import push
+from django_jobs.client import outbox
+from django_jobs.client.backends.redis import push
 from django_jobs.exceptions import ConfigurationError, TransactionAmbiguous
 from django_jobs.models import OutboxEntry
 from django_jobs.store import Store
@@ -90,7 +90,7 @@ def test_autocommit_off_commit_delivers_through_the_relay(redis_db):
     finally:
         transaction.set_autocommit(True)
     OutboxEntry.objects.update(created_at=OutboxEntry.objects.get().created_at.replace(year=2000))
-    Maintenance(Store(redis_db), ["default"], 0.1).relay_outbox()
+    Maintenance(Store(redis_db), ["default"], 0.1).relay.run()
     assert queued(redis_db) == [handle.id]
     assert OutboxEntry.objects.count() == 0
 
@@ -103,7 +103,7 @@ def test_autocommit_off_rollback_never_enqueues(redis_db):
     finally:
         transaction.set_autocommit(True)
     assert OutboxEntry.objects.count() == 0
-    Maintenance(Store(redis_db), ["default"], 0.1).relay_outbox()
+    Maintenance(Store(redis_db), ["default"], 0.1).relay.run()
     assert queued(redis_db) == []
 
 
@@ -161,7 +161,7 @@ def test_redis_down_outside_a_transaction_stores_the_job_in_the_outbox(redis_db,
     assert OutboxEntry.objects.filter(pk=handle.id).exists()
     assert "outbox" in caplog.text
     OutboxEntry.objects.update(created_at=OutboxEntry.objects.get().created_at.replace(year=2000))
-    Maintenance(Store(redis_db), ["default"], 0.1).relay_outbox()
+    Maintenance(Store(redis_db), ["default"], 0.1).relay.run()
     assert queued(redis_db) == [handle.id]
     assert OutboxEntry.objects.count() == 0
 
@@ -172,7 +172,7 @@ def test_redis_down_at_commit_keeps_the_request_alive_and_the_relay_delivers_onc
     assert OutboxEntry.objects.count() == 5
     OutboxEntry.objects.update(created_at=OutboxEntry.objects.first().created_at.replace(year=2000))
     maintenance = Maintenance(Store(redis_db), ["default"], 0.1)
-    maintenance.relay_outbox()
+    maintenance.relay.run()
     assert queued(redis_db) == [h.id for h in handles]
     run_jobs()
     assert SideEffect.objects.count() == 5
@@ -196,7 +196,7 @@ def test_a_second_push_of_the_same_job_is_a_no_op(redis_db):
 
 
 def test_web_side_connections_have_short_timeouts():
-    from django_jobs.connections import get_connection
+    from django_jobs.core.connections import get_connection
 
     with override_settings(JOBS={"REDIS_SOCKET_TIMEOUT": 0.7}):
         kwargs = get_connection("default").connection_pool.connection_kwargs

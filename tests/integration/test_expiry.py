@@ -1,8 +1,8 @@
 """Expiry, in process: a job that has not started by its expiry (``@job(expires=...)``, or per
 enqueue through ``options(expires=...)``) is dropped by the claim, never run: status canceled with
 ``dj_expired``, the outcome ``expired`` counted, logged and signalled, no dead letter. A job that has
-started (a retry waiting out its backoff) runs whatever its expiry; a snoozed one, which gave its
-attempt back, has not started and expires."""
+started runs whatever its expiry: a retry waiting out its backoff, a job handed back at shutdown and
+a snoozed one (both of which gave their attempt back, not their start)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from django.db import transaction
 from django.urls import reverse
 
 from django_jobs import CancelResult, cancel, get_job, job, pause, resume
-from django_jobs.enqueue import build
-from django_jobs.envelope import Options
+from django_jobs.client.enqueue import build
+from django_jobs.client.outbox import envelope, row
+from django_jobs.core.envelope import Options
 from django_jobs.models import DeadLetter, OutboxEntry
-from django_jobs.outbox import envelope, row
 from django_jobs.signals import job_expired, job_started
-from django_jobs.store import Status
+from django_jobs.store import Settled, Status, Store
 from django_jobs.testing import capture_jobs, immediate_jobs, run_jobs
 from tests.conftest import outcome_count
 from tests.integration.dashboard_support import operator
@@ -114,7 +114,7 @@ def test_bad_expiries_are_refused_where_they_are_given(restore_registry):
             job(name="tests.bad_cap", timeout=1, max_snoozes=cap)(lambda: None)  # type: ignore[arg-type]
 
 
-# --- started jobs run; snoozed ones have not started ------------------------------------------------------
+# --- started jobs run, whatever gave their attempt back --------------------------------------------------
 
 
 def test_a_retry_whose_backoff_ends_after_the_expiry_still_runs(redis_db):
@@ -129,15 +129,34 @@ def test_a_retry_whose_backoff_ends_after_the_expiry_still_runs(redis_db):
     assert done("retried") == 1
 
 
-def test_a_snoozed_job_past_its_expiry_is_dropped(redis_db):
-    """A snooze gives the attempt back: the job has not started, so its expiry applies."""
+def test_a_snoozed_job_past_its_expiry_still_runs(redis_db):
+    """A snooze gives the attempt back, not the start: the job ran, and it asked to run again."""
     handle = jobs.snoozer.options(expires=0.2).enqueue("snoozed late", times=1, seconds=0.25)
     assert run_jobs() == 1
     time.sleep(0.3)
-    assert run_jobs() == 0
+    assert run_jobs() == 1
     state = get_job(handle.id)
-    assert (state.status, state.expired, state.snoozes) == (Status.CANCELED, True, 1)
-    assert done("snoozed late") == 0
+    assert (state.status, state.expired, state.snoozes, state.attempts) == (Status.FINISHED, False, 1, 1)
+    assert done("snoozed late") == 1
+
+
+def test_a_job_handed_back_at_shutdown_past_its_expiry_still_runs(redis_db):
+    """A hand-back gives the attempt back (it is 0 again), not the start, which stays the first one."""
+    store = Store(redis_db)
+    handle = jobs.record.options(expires=0.2).enqueue("handed back")
+    _, claimed, _ = store.complete_and_claim(
+        ["default"], finished=None, worker_name="w", lease_seconds=30, nonce="n", finished_ttl=60
+    )
+    assert claimed is not None and claimed.id == handle.id
+    first_start = redis_db.hget(f"rq:job:{handle.id}", "dj_first_started")
+    assert store.release(claimed.token, claimed.queue, 60) is Settled.DONE
+    assert redis_db.hget(f"rq:job:{handle.id}", "dj_attempt") == b"0"
+    time.sleep(0.3)
+    assert run_jobs() == 1
+    state = get_job(handle.id)
+    assert (state.status, state.expired, state.attempts) == (Status.FINISHED, False, 1)
+    assert redis_db.hget(f"rq:job:{handle.id}", "dj_first_started") == first_start
+    assert done("handed back") == 1
 
 
 # --- the claim ---------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ def drain(timeout=10.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run_jobs()
-        from django_jobs.connections import get_connection
+        from django_jobs.core.connections import get_connection
 
         redis = get_connection("default")
         if not redis.llen("rq:queue:default") and not redis.zcard("rq:scheduled:default"):
@@ -161,7 +161,7 @@ def test_a_job_key_that_is_not_a_hash_is_dead_lettered_and_the_next_job_runs(red
     from django_jobs.worker.maintenance import Maintenance
 
     redis_db.zadd("djjobs:dying", {"notahash": 0})  # pretend 30 s passed
-    Maintenance(Store(redis_db), ["default"], 0.1).finish_dying()
+    Maintenance(Store(redis_db), ["default"], 0.1).dying.run()
     entry = DeadLetter.objects.get(job_id="notahash")
     assert entry.reason == DeadLetter.Reason.UNDECODABLE
     assert "WRONGTYPE" in entry.raw

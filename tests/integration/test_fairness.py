@@ -12,22 +12,14 @@ import redis
 from django.db import transaction
 from django.urls import reverse
 
-from django_jobs import (
-    CancelResult,
-    JobCancelled,
-    PermanentError,
-    cancel,
-    deadletter,
-    get_job,
-    inspect,
-    job,
-    overview,
-    registry,
-    store,
-)
+from django_jobs import CancelResult, JobCancelled, PermanentError, cancel, get_job, job, store
+from django_jobs.core import registry
+from django_jobs.core.execution import settle_failure
 from django_jobs.exceptions import LimitKeyError, WorkerLost
-from django_jobs.execution import settle_failure
+from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter, OutboxEntry
+from django_jobs.ops import inspection as inspect
+from django_jobs.ops import overview
 from django_jobs.store import LEASES, Claimed, Finished, Settled, Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
@@ -320,8 +312,8 @@ def test_limits_are_published_per_key():
 
 
 def test_a_job_queued_under_an_old_name_shares_its_keys_limit(redis_db):
-    from django_jobs.backends.redis import push
-    from django_jobs.enqueue import build
+    from django_jobs.client.backends.redis import push
+    from django_jobs.client.enqueue import build
 
     old = build("tests.per_account_before_rename", "default", 10, ["A", "old"], {}, limit_key="A")
     push([old])
@@ -344,7 +336,7 @@ def test_the_key_travels_through_the_outbox_and_its_relay(redis_db):
     assert OutboxEntry.objects.get(pk=relayed).limit_key == "B"
     redis_db.delete(f"rq:job:{relayed}")
     OutboxEntry.objects.update(created_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=5))
-    Maintenance(Store.of(redis_db), ["default"], 0.1).relay_outbox()
+    Maintenance(Store.of(redis_db), ["default"], 0.1).relay.run()
     assert redis_db.hget(f"rq:job:{relayed}", "dj_limit_key") == b"B"
 
 

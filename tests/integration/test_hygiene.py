@@ -6,7 +6,7 @@ import pytest
 from django.db import connection, reset_queries
 from django.test import override_settings
 
-from django_jobs.execution import db_hygiene
+from django_jobs.core.execution import db_hygiene
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs
 

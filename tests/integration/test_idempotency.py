@@ -12,7 +12,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_jobs import claim, claim_key, idempotent
-from django_jobs.idempotency import prune
+from django_jobs.flow.idempotency import prune
 from django_jobs.models import IdempotencyKey
 from tests.testapp.models import SideEffect
 

@@ -10,7 +10,8 @@ import pytest
 from django.core.management import call_command
 from prometheus_client import CollectorRegistry, generate_latest
 
-from django_jobs import collectors, inspect, overview
+from django_jobs.ops import collectors, overview
+from django_jobs.ops import inspection as inspect
 from django_jobs.store import rq_timestamp
 from tests.observability.conftest import samples
 from tests.testapp import jobs

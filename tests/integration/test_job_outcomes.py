@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django_jobs.connections import get_connection
+from django_jobs.core.connections import get_connection
 from django_jobs.models import DeadLetter
 from django_jobs.signals import job_failed, job_retrying, job_started, job_succeeded
 from django_jobs.testing import run_jobs
@@ -111,7 +111,7 @@ def test_an_attempt_settled_outside_the_work_process_sends_job_failed_and_job_re
         redis_db.zadd(LEASES, {claimed.token: 1})  # its lease expired long ago
         loop = Maintenance(Store(redis_db), ["default"], 0.1)
         for _ in range(3):
-            loop.promote_and_reap()
+            loop.reaper.run()
     finally:
         for name in ("failed", "retrying"):
             SIGNALS[name].disconnect(dispatch_uid=f"lost-{name}")

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from django_jobs import job
-from django_jobs.registry import limits_json
+from django_jobs.core.registry import limits_json
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect

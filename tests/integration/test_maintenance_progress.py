@@ -44,7 +44,7 @@ def lose_a_running_job(redis_db, key="survivor"):
 def settle_lost(redis_db, passes=5):
     loop = maintenance(redis_db)
     for _ in range(passes):
-        loop.promote_and_reap()
+        loop.reaper.run()
 
 
 def raw_of(entry):
@@ -144,8 +144,8 @@ def test_150_unwritable_dying_entries_do_not_block_a_later_dead_letter(redis_db)
         dying_job(redis_db, f"nul{i}", dj_message="bad \x00 byte", exc_info="Traceback \x00")
     dying_job(redis_db, "healthy")
     redis_db.zadd(DYING, {"healthy": 1})  # the newest
-    maintenance(redis_db).finish_dying()
-    maintenance(redis_db).finish_dying()
+    maintenance(redis_db).dying.run()
+    maintenance(redis_db).dying.run()
     assert DeadLetter.objects.filter(job_id="healthy").exists()
     assert DeadLetter.objects.count() == 151
     assert redis_db.zcard(DYING) == 0
@@ -156,7 +156,7 @@ def test_150_unwritable_dying_entries_do_not_block_a_later_dead_letter(redis_db)
 
 def test_a_dying_job_whose_hash_vanished_is_dead_lettered_as_vanished(redis_db):
     redis_db.zadd(DYING, {"evicted": 0})
-    maintenance(redis_db).finish_dying()
+    maintenance(redis_db).dying.run()
     assert DeadLetter.objects.get(job_id="evicted").reason == DeadLetter.Reason.VANISHED
     assert redis_db.zcard(DYING) == 0
 
@@ -188,7 +188,7 @@ def outbox_row(queue="default", key="k", **extra):
 def test_a_row_whose_queue_was_removed_becomes_a_dead_letter_and_the_rest_are_pushed(redis_db):
     outbox_row("gone", "old")
     outbox_row("default", "new")
-    maintenance(redis_db).relay_outbox()
+    maintenance(redis_db).relay.run()
     assert redis_db.lrange("rq:queue:default", 0, -1) == [b"defaultnew"]
     entry = DeadLetter.objects.get(job_id="goneold")
     assert entry.reason == DeadLetter.Reason.UNREADABLE and entry.queue == "gone" and entry.args == ["old"]
@@ -198,7 +198,7 @@ def test_a_row_whose_queue_was_removed_becomes_a_dead_letter_and_the_rest_are_pu
 def test_a_row_with_an_invalid_id_is_quarantined_under_a_surrogate(redis_db):
     outbox_row("default", "bad", id="not/valid id")
     outbox_row("default", "good")
-    maintenance(redis_db).relay_outbox()
+    maintenance(redis_db).relay.run()
     assert redis_db.lrange("rq:queue:default", 0, -1) == [b"defaultgood"]
     assert DeadLetter.objects.get().job_id == surrogate_id(b"not/valid id")
     assert not OutboxEntry.objects.exists()
@@ -209,7 +209,7 @@ def test_a_redis_that_is_down_holds_back_only_its_own_rows(redis_db, settings):
     for i in range(3):
         outbox_row("emails", f"e{i}")  # the oldest, on a Redis that is down
     outbox_row("default", "d")
-    maintenance(redis_db).relay_outbox(batch=2)  # the down rows fill a whole batch: look behind them
+    maintenance(redis_db).relay.run(batch=2)  # the down rows fill a whole batch: look behind them
     assert redis_db.lrange("rq:queue:default", 0, -1) == [b"defaultd"]
     assert sorted(OutboxEntry.objects.values_list("queue", flat=True)) == ["emails"] * 3
     assert not DeadLetter.objects.exists()  # waiting, not lost
@@ -220,10 +220,10 @@ def test_a_row_that_fails_twice_the_same_way_is_quarantined_and_others_go_on(red
     outbox_row("emails", "unique", options={"unique_key": "report"})
     outbox_row("emails", "now")
     loop = maintenance(redis_db)
-    loop.relay_outbox()
+    loop.relay.run()
     assert redis_db.lrange("rq:queue:emails", 0, -1) == [b"emailsnow"]
     assert list(OutboxEntry.objects.values_list("pk", flat=True)) == ["emailsunique"]  # once: retried
-    loop.relay_outbox()
+    loop.relay.run()
     entry = DeadLetter.objects.get(job_id="emailsunique")
     assert entry.reason == DeadLetter.Reason.UNREADABLE and "WRONGTYPE" in entry.message
     assert not OutboxEntry.objects.exists()
@@ -249,8 +249,8 @@ def test_every_planted_item_is_settled_or_quarantined(redis_db, ids, fields, ori
         redis_db.zadd(DYING, {raw: 0})
     loop = maintenance(redis_db)
     for _ in range(2):
-        loop.promote_and_reap()
-        loop.finish_dying()
+        loop.reaper.run()
+        loop.dying.run()
     assert redis_db.zcard(LOST) == 0
     assert redis_db.zcard(DYING) == 0
     DeadLetter.objects.all().delete()
@@ -262,13 +262,13 @@ def test_a_redis_refusing_writes_keeps_rows_waiting_never_quarantined(private_re
     client.config_set("maxmemory", 1)  # every write is refused with OOM: Redis's problem, not the row's
     loop = maintenance(client)
     for _ in range(3):
-        loop.paused.clear()  # so no pause hides the row: it fails the same way every time
-        loop.relay_outbox()
+        loop.relay.paused.clear()  # so no pause hides the row: it fails the same way every time
+        loop.relay.run()
     assert list(OutboxEntry.objects.values_list("pk", flat=True)) == ["defaultfull"]
     assert not DeadLetter.objects.exists()
     client.config_set("maxmemory", 0)
-    loop.paused.clear()
-    loop.relay_outbox()
+    loop.relay.paused.clear()
+    loop.relay.run()
     assert client.lrange("rq:queue:default", 0, -1) == [b"defaultfull"]
     assert not OutboxEntry.objects.exists()
 
@@ -283,7 +283,7 @@ def test_a_queued_job_whose_id_breaks_the_id_rule_never_runs_and_is_quarantined(
     redis_db.rpush("rq:queue:default", raw_id)
     assert run_jobs() == 0
     redis_db.zadd(DYING, {raw_id: 0})  # as old as a dying entry gets
-    maintenance(redis_db).finish_dying()
+    maintenance(redis_db).dying.run()
     entry = DeadLetter.objects.get(job_id=surrogate_id(raw_id))
     assert entry.reason == DeadLetter.Reason.UNREADABLE
     assert not SideEffect.objects.exists()

@@ -10,10 +10,11 @@ import pytest
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from django_jobs import outbox, registry
-from django_jobs.backends.redis import push
-from django_jobs.enqueue import build
-from django_jobs.envelope import Envelope, Options
+from django_jobs.client import outbox
+from django_jobs.client.backends.redis import push
+from django_jobs.client.enqueue import build
+from django_jobs.core import registry
+from django_jobs.core.envelope import Envelope, Options
 from django_jobs.store import Claimed, Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
@@ -92,7 +93,7 @@ def test_a_unique_key_is_held_across_an_alias_and_the_current_name(redis_db):
 
 def relay(redis_db) -> None:
     """The runjobs relay, once: it pushes every outbox row older than a second."""
-    Maintenance(Store.of(redis_db), ["default", "emails"], 0.1).relay_outbox()
+    Maintenance(Store.of(redis_db), ["default", "emails"], 0.1).relay.run()
 
 
 def debounced(key: str, age: float, name: str = "tests.debounced", **extra: object) -> Envelope:

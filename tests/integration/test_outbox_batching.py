@@ -16,8 +16,8 @@ import pytest
 from django.db import IntegrityError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_jobs import outbox
-from django_jobs.enqueue import build, deliver
+from django_jobs.client import outbox
+from django_jobs.client.enqueue import build, deliver
 from django_jobs.models import OutboxEntry, PlainOutboxEntry
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect

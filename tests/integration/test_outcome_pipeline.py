@@ -8,11 +8,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_jobs import Snooze, outcomes
+from django_jobs import Snooze
+from django_jobs.core import outcomes
+from django_jobs.core.execution import settle_failure, settle_snooze
+from django_jobs.core.outcomes import AttemptEnded, Outcome
 from django_jobs.exceptions import WorkerLost
-from django_jobs.execution import settle_failure, settle_snooze
 from django_jobs.models import DeadLetter
-from django_jobs.outcomes import AttemptEnded, Outcome
 from django_jobs.store import LEASES, Claimed, Store
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs

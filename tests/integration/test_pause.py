@@ -15,28 +15,20 @@ import redis
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 
-from django_jobs import (
-    CancelResult,
-    JobDoesNotExist,
-    cancel,
-    get_job,
-    pause,
-    paused,
-    registry,
-    resume,
-)
-from django_jobs.backends.redis import push
-from django_jobs.enqueue import build
-from django_jobs.envelope import Options
+from django_jobs import CancelResult, JobDoesNotExist, cancel, get_job, pause, paused, resume
+from django_jobs.client.backends.redis import push
+from django_jobs.client.enqueue import build
+from django_jobs.core import registry
+from django_jobs.core.envelope import Options
 from django_jobs.exceptions import ConfigurationError, JobNotFound
-from django_jobs.pausing import Held, Resumed
+from django_jobs.flow.pausing import Held, Resumed
 from django_jobs.store import Status, Store
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")  # a cancel deletes outbox rows
 
 PARKED = "djjobs:paused:default:tests.record"
 
@@ -275,7 +267,7 @@ def test_maintenance_puts_back_jobs_a_resume_left_parked(redis_db):
     run_jobs()
     Store.of(redis_db).resume("job", "tests.record")  # a resume that died before it released them
     assert ids(redis_db, PARKED) == [handle.id]
-    Maintenance(Store.of(redis_db), ["default", "emails"], 0.1).release_parked()
+    Maintenance(Store.of(redis_db), ["default", "emails"], 0.1).parked.run()
     assert ids(redis_db, "rq:queue:default") == [handle.id]
     assert run_jobs() == 1
 
@@ -289,7 +281,7 @@ def test_a_broken_parked_list_never_holds_back_the_others(redis_db, caplog):
     redis_db.delete("djjobs:paused:lists")
     redis_db.sadd("djjobs:paused:lists", json.dumps(["default", "tests.ghost"]), *listed)  # first
     redis_db.set("djjobs:paused:default:tests.ghost", "not a list")
-    Maintenance(Store.of(redis_db), ["default"], 0.1).release_parked()
+    Maintenance(Store.of(redis_db), ["default"], 0.1).parked.run()
     assert ids(redis_db, "rq:queue:default") == [handle.id]
 
 
@@ -297,7 +289,7 @@ def test_maintenance_leaves_the_jobs_of_a_type_still_paused(redis_db):
     pause(job=jobs.record)
     jobs.record.enqueue("held")
     run_jobs()
-    Maintenance(Store.of(redis_db), ["default"], 0.1).release_parked()
+    Maintenance(Store.of(redis_db), ["default"], 0.1).parked.run()
     assert redis_db.llen(PARKED) == 1
 
 
@@ -349,7 +341,7 @@ def test_a_job_parked_under_a_cancel_is_asked_about_again(redis_db, monkeypatch)
 
 
 def test_the_overview_read_model_counts_held_jobs_apart_from_ready_ones(redis_db):
-    from django_jobs import inspect
+    from django_jobs.ops import inspection as inspect
 
     pause(job=jobs.record)
     pause(queue="emails", reason="later")

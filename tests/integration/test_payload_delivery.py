@@ -12,7 +12,7 @@ from django.test import override_settings
 from rq.job import Job as RQJob
 from rq.serializers import JSONSerializer
 
-from django_jobs import payload
+from django_jobs.core import payload
 from django_jobs.exceptions import PayloadError
 from django_jobs.models import OutboxEntry
 from tests.testapp import jobs

@@ -11,20 +11,23 @@ import redis
 from django.db import transaction
 from django.test import override_settings
 
-from django_jobs import deadletter, inspect, job, payload
-from django_jobs.chains import chain
+from django_jobs import job
+from django_jobs.core import payload
+from django_jobs.failures import deadletter
+from django_jobs.flow.pausing import Held
 from django_jobs.models import OutboxEntry
-from django_jobs.pausing import Held
+from django_jobs.ops import inspection as inspect
 from django_jobs.store import LEASES, CancelResult, Settled, Store, keys, rq_timestamp
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
+from django_jobs.workflows.chains import chain
 from tests.chaos import DOWN
 from tests.conftest import wait_for
 from tests.integration.dashboard_support import record
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")  # a cancel deletes outbox rows
 
 HIGH, LOW = keys.priority_keys("default")
 
@@ -155,7 +158,7 @@ def test_the_relay_pushes_an_outbox_row_with_its_priority(redis_db):
         enqueue(("r-1", -1), ("r0", 0), ("r2", 2))
     assert sorted(OutboxEntry.objects.values_list("priority", flat=True)) == [-1, 0, 2]
     OutboxEntry.objects.update(created_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
-    Maintenance(Store(redis_db), ["default"], 0.1).relay_outbox()
+    Maintenance(Store(redis_db), ["default"], 0.1).relay.run()
     assert OutboxEntry.objects.count() == 0
     run_jobs()
     assert started() == ["r2", "r0", "r-1"]

@@ -12,10 +12,11 @@ from django.core.checks import run_checks
 from django.core.management import CommandError, call_command
 from prometheus_client import CollectorRegistry, generate_latest
 
-from django_jobs import collectors, metrics
-from django_jobs.connections import get_connection
+from django_jobs.core.connections import get_connection
 from django_jobs.models import DeadLetter
+from django_jobs.ops import collectors
 from django_jobs.store import Store
+from django_jobs.telemetry import metrics
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.conftest import wait_for
@@ -113,7 +114,7 @@ def test_the_claim_sets_a_vanished_id_aside_and_one_duty_dead_letters_it_once(re
     before = metrics.VANISHED.labels("default")._value.get()
     with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
         for _ in range(2):  # two runjobs, or one duty run twice
-            Maintenance(store, ["default"], 0.1).record_vanished()
+            Maintenance(store, ["default"], 0.1).vanished.run()
     entry = DeadLetter.objects.get()
     assert (entry.job_id, entry.reason, entry.queue, entry.attempts) == (gone.id, "vanished", "default", 0)
     assert "evicted" in entry.message

@@ -8,7 +8,7 @@ import pytest
 from django.test import override_settings
 
 from django_jobs import JobDoesNotExist, get_job
-from django_jobs.connections import get_connection
+from django_jobs.core.connections import get_connection
 from django_jobs.models import DeadLetter
 from django_jobs.store import Status
 from django_jobs.testing import immediate_jobs, run_jobs

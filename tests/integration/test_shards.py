@@ -16,11 +16,12 @@ from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import override_settings
 
-from django_jobs import execution, stats
-from django_jobs.connections import queues_on
+from django_jobs.core import execution
+from django_jobs.core.connections import queues_on
+from django_jobs.core.outcomes import Outcome
 from django_jobs.models import CronRun, DeadLetter, OutboxEntry
-from django_jobs.outcomes import Outcome
 from django_jobs.store import LEASES, Finished, Store, wake_key
+from django_jobs.telemetry import stats
 from django_jobs.testing import run_jobs
 from django_jobs.worker import SHARDED_SOCKET_TIMEOUT, WORKER_SOCKET_TIMEOUT, build_supervisor
 from django_jobs.worker.maintenance import Maintenance
@@ -160,13 +161,13 @@ def test_each_servers_relay_pushes_only_its_rows_and_a_down_server_holds_back_on
     OutboxEntry.objects.update(created_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))  # due for the relay
     first = Maintenance(Store(redis_db), ["default"], 0.1)
     second = Maintenance(Store(b), ["emails"], 0.1, lead=False)
-    first.relay_outbox()
+    first.relay.run()
     assert list(OutboxEntry.objects.values_list("queue", flat=True)) == ["emails"]  # not the first's to push
-    second.relay_outbox()  # its Redis is down: the row waits
+    second.relay.run()  # its Redis is down: the row waits
     assert list(OutboxEntry.objects.values_list("queue", flat=True)) == ["emails"]
     emails_redis.start()
-    second.paused.clear()
-    second.relay_outbox()
+    second.relay.paused.clear()
+    second.relay.run()
     assert len(queued(b, "emails")) == 1 and not OutboxEntry.objects.exists()
     assert not DeadLetter.objects.exists()
 
@@ -175,9 +176,9 @@ def test_each_servers_relay_pushes_only_its_rows_and_a_down_server_holds_back_on
 def test_a_periodic_job_is_fired_by_its_queues_server_with_its_lock_there(redis_db, emails_redis):
     b = client(emails_redis)
     elsewhere = Maintenance(Store(b), ["emails"], 0.1)  # tests.tick goes to "default"
-    assert elsewhere.scheduler.tick() == 0
+    assert elsewhere.cron.scheduler.tick() == 0
     home = Maintenance(Store(redis_db), ["default"], 0.1, lead=False)
-    assert home.scheduler.tick() == 1
+    assert home.cron.scheduler.tick() == 1
     assert CronRun.objects.count() == 1
     assert redis_db.keys("djjobs:cron:tests.tick:*") and not b.keys("djjobs:cron:*")
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "othe
 
 
 def check(redis_db: redis.Redis) -> None:
-    Maintenance(Store(redis_db), ["default", "emails"], 0.1).check_structures()
+    Maintenance(Store(redis_db), ["default", "emails"], 0.1).structures.run()
 
 
 def moved_keys(redis_db: redis.Redis) -> list[bytes]:
@@ -60,8 +60,8 @@ def test_a_job_enqueued_while_its_queue_key_is_broken_runs_once_the_key_is_moved
     assert OutboxEntry.objects.filter(id=handle.id).exists()
     OutboxEntry.objects.update(created_at=timezone.now() - dt.timedelta(seconds=5))
     loop = Maintenance(Store(redis_db), ["default", "emails"], 0.1)
-    loop.check_structures()
-    loop.relay_outbox()
+    loop.structures.run()
+    loop.relay.run()
     assert redis_db.lrange(queue_key("default"), 0, -1) == [handle.id.encode()]
     assert not OutboxEntry.objects.exists()
 
@@ -76,7 +76,7 @@ def test_keys_of_the_right_type_or_absent_are_left_alone(redis_db):
 
 
 def claim(redis_db: redis.Redis):
-    from django_jobs.registry import limits_json
+    from django_jobs.core.registry import limits_json
 
     return Store(redis_db).complete_and_claim(
         ["default"], finished=None, worker_name="w", lease_seconds=60, nonce="n", finished_ttl=60,

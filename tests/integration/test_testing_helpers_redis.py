@@ -1,18 +1,24 @@
-"""The test modes keep Redis untouched, and queue mode still waits for a real commit."""
+"""The test modes keep Redis untouched and publish each attempt's outcome as runjobs does; queue mode
+still waits for a real commit; run_jobs() runs inside a test's wrapping transaction."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Iterator
 from decimal import Decimal
 
 import pytest
 from django.db import transaction
+from django.test import TestCase
 
-from django_jobs.models import OutboxEntry
-from django_jobs.testing import Captured, CapturedJob, capture_jobs, immediate_jobs
+from django_jobs import PermanentError
+from django_jobs.models import DeadLetter, OutboxEntry
+from django_jobs.signals import job_dead_lettered, job_failed, job_retrying, job_started, job_succeeded
+from django_jobs.store import Status
+from django_jobs.testing import Captured, CapturedJob, capture_jobs, immediate_jobs, run_jobs
 from tests.testapp import jobs
-from tests.testapp.models import SideEffect
+from tests.testapp.models import Item, SideEffect
 from tests.unit.test_testing_helpers import _signup, keys
 
 
@@ -76,3 +82,91 @@ def test_jobs_immediate_fixture(jobs_immediate, redis_db):
     jobs.record.enqueue("fixture")
     assert keys() == ["fixture"]
     assert redis_db.dbsize() == 0
+
+
+# --- run_jobs() inside a test's wrapping transaction -------------------------------------------------
+
+
+class RunJobsInsideTestCase(TestCase):
+    """TestCase wraps each test in a transaction: run_jobs() must take it for the test's, not a leak."""
+
+    def test_a_job_writing_rows_runs_once_and_the_test_goes_on(self):
+        item = Item.objects.create(name="seen by the job")
+        handle = jobs.record.enqueue(f"item:{item.pk}")
+        assert run_jobs() == 1
+        assert handle.state().status is Status.FINISHED  # no retry: its connection stayed open
+        assert keys() == [f"item:{item.pk}"]  # the test's next query works, and sees the job's row
+        assert Item.objects.count() == 1 and not DeadLetter.objects.exists()
+
+
+@pytest.mark.django_db
+def test_run_jobs_inside_pytest_djangos_db_fixture_keeps_the_tests_transaction(db):
+    Item.objects.create(name="before")
+    handle = jobs.record.enqueue("in-db-fixture")
+    assert run_jobs() == 1
+    assert handle.state().status is Status.FINISHED
+    assert keys() == ["in-db-fixture"]
+    assert list(Item.objects.values_list("name", flat=True)) == ["before"]
+
+
+# --- the test modes publish each attempt's outcome, as runjobs does ------------------------------------
+
+
+HEARD = {
+    "started": job_started,
+    "succeeded": job_succeeded,
+    "failed": job_failed,
+    "retrying": job_retrying,
+    "dead_lettered": job_dead_lettered,
+}
+
+
+@pytest.fixture
+def heard() -> Iterator[list[tuple[str, str]]]:
+    """The job signals sent, in order, as (signal, job name)."""
+    sent: list[tuple[str, str]] = []
+    for label, signal in HEARD.items():
+        signal.connect(lambda sender, label=label, **kw: sent.append((label, sender)), weak=False,
+                       dispatch_uid=f"heard-{label}")  # fmt: skip
+    yield sent
+    for label, signal in HEARD.items():
+        signal.disconnect(dispatch_uid=f"heard-{label}")
+
+
+def _run(mode: str, job: object, key: str) -> BaseException | None:
+    """Enqueue ``job(key)`` and run it once in ``mode``; what reached the test."""
+    if mode == "run_jobs":
+        job.enqueue(key)  # type: ignore[attr-defined]
+        assert run_jobs() == 1
+        return None
+    try:
+        if mode == "immediate":
+            with immediate_jobs():
+                job.enqueue(key)  # type: ignore[attr-defined]
+        else:
+            with capture_jobs() as captured:
+                job.enqueue(key)  # type: ignore[attr-defined]
+            captured.run()
+    except Exception as exc:
+        return exc
+    return None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", ["run_jobs", "immediate", "capture"])
+@pytest.mark.parametrize(
+    ("job", "signals", "raised"),
+    [
+        (jobs.record, ["started", "succeeded"], None),
+        (jobs.always_fails, ["started", "failed", "retrying"], ConnectionError),
+        (jobs.permanent, ["started", "dead_lettered", "failed"], PermanentError),
+    ],
+    ids=["succeeds", "will-retry", "permanent"],
+)
+def test_the_test_modes_send_the_signals_runjobs_sends(heard, mode, job, signals, raised):
+    got = _run(mode, job, "k")
+    assert heard == [(signal, job.name) for signal in signals]
+    if mode != "run_jobs":  # what the job raised reaches the test, after its outcome was published
+        assert (type(got) if got else None) is raised
+    dead = list(DeadLetter.objects.values_list("job_name", "reason"))
+    assert dead == ([(job.name, DeadLetter.Reason.PERMANENT)] if raised is PermanentError else [])

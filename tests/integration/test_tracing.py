@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from django_jobs import execution, outcomes, tracing
+from django_jobs.core import execution, outcomes, tracing
 from django_jobs.exceptions import WorkerLost
 from django_jobs.models import OutboxEntry
 from django_jobs.store import Claimed, Store
@@ -123,7 +123,7 @@ def test_the_outbox_relay_delivers_the_context_of_a_push_that_failed(spans, redi
     [row] = OutboxEntry.objects.all()
     assert json.loads(row.trace)["traceparent"].split("-")[2] == f"{origin.span_id:016x}"
     OutboxEntry.objects.update(created_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
-    Maintenance(Store(redis_db), ["default"], 0.1).relay_outbox()
+    Maintenance(Store(redis_db), ["default"], 0.1).relay.run()
     run_jobs()
     [span] = processed(spans)
     assert span.attributes["messaging.message.id"] == job_id

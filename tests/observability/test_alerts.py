@@ -11,11 +11,11 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 from django.core import mail
 
-from django_jobs import alerts
+from django_jobs.failures import alerts
+from django_jobs.failures.triage import triage
 from django_jobs.models import DeadLetter
 from django_jobs.signals import job_dead_lettered
 from django_jobs.testing import run_jobs
-from django_jobs.triage import triage
 from tests.conftest import wait_for
 from tests.testapp import jobs
 from tests.testapp.alerts import ALERTED
@@ -61,7 +61,7 @@ def received(settings) -> list[alerts.Alert]:
 
 
 def flush() -> int:
-    from django_jobs.connections import get_connection
+    from django_jobs.core.connections import get_connection
 
     return alerts.flush(get_connection("default"))
 
@@ -192,7 +192,7 @@ def test_without_redis_the_alert_goes_out_unthrottled(received, redis_down, capl
 
 
 def test_the_default_hook_logs_an_error_and_mails_the_admins(settings, caplog):
-    settings.JOBS = {**settings.JOBS, "ALERT_HOOKS": ["django_jobs.alerts.log_and_mail_admins"]}
+    settings.JOBS = {**settings.JOBS, "ALERT_HOOKS": ["django_jobs.failures.alerts.log_and_mail_admins"]}
     entry = dead_letter()
     with caplog.at_level(logging.ERROR, logger="django_jobs.alerts"):
         alerts.log_and_mail_admins(alerts.Alert(entry, "f" * 16, count=5))

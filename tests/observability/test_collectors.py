@@ -17,8 +17,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 
-from django_jobs import collectors
 from django_jobs.models import DeadLetter, OutboxEntry
+from django_jobs.ops import collectors
 from django_jobs.store import rq_timestamp
 from django_jobs.testing import run_jobs
 from tests.observability.conftest import samples
@@ -231,7 +231,7 @@ def test_pause_gauges_count_seconds_since_each_pause_and_zero_for_running_queues
 
 
 def test_open_batches_are_counted():
-    from django_jobs.batches import batch
+    from django_jobs.workflows.batches import batch
 
     with batch(name="waits"):
         jobs.record.enqueue("member")

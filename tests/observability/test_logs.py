@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_jobs import logs
 from django_jobs.store import Claimed, JobRecord
+from django_jobs.telemetry import logs
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs
 

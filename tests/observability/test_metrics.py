@@ -10,7 +10,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from django_jobs import metrics
+from django_jobs.telemetry import metrics
 from tests.conftest import ROOT
 from tests.observability.conftest import samples, value
 
@@ -20,7 +20,7 @@ import json, os, sys
 import django
 django.setup()
 from prometheus_client import generate_latest
-from django_jobs import metrics
+from django_jobs.telemetry import metrics
 
 directory = sys.argv[1]
 metrics.use_multiprocess(directory)

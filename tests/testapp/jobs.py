@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from django_jobs import PermanentError, RetryPolicy, Snooze, idempotent, job
-from django_jobs.batches import batch_callback
-from django_jobs.chains import Page, chain
 from django_jobs.models import Batch
+from django_jobs.workflows.batches import batch_callback
+from django_jobs.workflows.chains import Page, chain
 
 from .models import Item, SideEffect
 
@@ -125,8 +125,15 @@ SOAK = RetryPolicy(max_attempts=20, base=0.05, factor=2, max_delay=0.5)
 
 @job(name="tests.soak", timeout=10, retry=SOAK)
 def soak(key: str, seconds: float) -> None:
+    """Its effect happens once however often it runs; "ran:<key>|<job id>|<attempt>", written outside
+    the guard, records each attempt that got to it, so a test sees how often the job really ran."""
+    from django_jobs import current_job
+
     SideEffect.objects.create(key=f"attempt:{key}")
     time.sleep(seconds)
+    attempt = current_job()
+    assert attempt is not None
+    SideEffect.objects.create(key=f"ran:{key}|{attempt.job_id}|{attempt.attempt}")
     with idempotent(f"soak:{key}") as first:
         if first:
             SideEffect.objects.create(key=key)
@@ -361,7 +368,7 @@ async def async_overrun(key: str) -> None:
     """Awaits far past its timeout: cancelled on its event loop."""
     import asyncio
 
-    from django_jobs.connections import get_connection
+    from django_jobs.core.connections import get_connection
 
     try:
         await asyncio.sleep(30)
@@ -573,7 +580,7 @@ def reminder(key: str) -> None:
 def snoozy_pages(cursor: int | None, *, page_size: int, returned: bool = False) -> Page | Snooze:
     """``sync_items`` whose every page snoozes on its first run, after writing (the writes roll
     back with the page). Runs are counted in Redis, which no rollback undoes."""
-    from django_jobs.connections import get_connection
+    from django_jobs.core.connections import get_connection
 
     items = list(Item.objects.filter(pk__gt=cursor or 0).order_by("pk")[:page_size])
     for item in items:
@@ -598,7 +605,7 @@ def batch_done(batch: Batch, label: str) -> None:
 @batch_callback(name="tests.batch_flaky_done", timeout=10, retry=FAST)
 def batch_flaky_done(batch: Batch, label: str) -> None:
     """Fails its first run after writing (the write rolls back with the run mark), then succeeds."""
-    from django_jobs.connections import get_connection
+    from django_jobs.core.connections import get_connection
 
     SideEffect.objects.create(key=f"{label}|{batch.pk}")
     if get_connection("default").incr(f"tests:flaky:{batch.pk}") == 1:
@@ -629,3 +636,28 @@ def gate(key: str, path: str) -> None:
     with idempotent(f"gate:{key}") as first:
         if first:
             SideEffect.objects.create(key=key)
+
+
+# --- The lifecycle state machine (tests/fuzz/test_lifecycle_machine.py) ----------------------------
+# It drives the store itself (claims, settles, reaps) and never runs these bodies: what matters is
+# their registration: a retry due within a millisecond, a snooze cap, and a limit per account.
+
+AT_ONCE = RetryPolicy(max_attempts=3, base=0.001, factor=1, max_delay=0.001)
+
+
+@job(name="tests.machine", timeout=10, retry=AT_ONCE, max_snoozes=2)
+def machine(key: str, account: str = "") -> None:
+    SideEffect.objects.create(key=key)
+
+
+@job(
+    name="tests.machine_keyed",
+    timeout=10,
+    retry=AT_ONCE,
+    max_snoozes=2,
+    concurrency=1,
+    limit_key=lambda key, account: account,
+)
+def machine_keyed(key: str, account: str) -> None:
+    """One attempt at a time per account: the machine checks that no two ever hold a lease at once."""
+    SideEffect.objects.create(key=key)

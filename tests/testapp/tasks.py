@@ -11,7 +11,7 @@ import time
 import django
 
 from django_jobs import Snooze
-from django_jobs.connections import get_connection
+from django_jobs.core.connections import get_connection
 
 from .models import SideEffect
 

@@ -82,10 +82,10 @@ def test_the_import_linter_contracts_hold():
 
 def test_the_public_names_are_exported():
     from django_jobs import JobHandle, Page, chain, claim_key
-    from django_jobs.chains import Page as ChainsPage
-    from django_jobs.chains import chain as chains_chain
-    from django_jobs.idempotency import claim_key as idempotency_claim_key
-    from django_jobs.results import JobHandle as ResultsJobHandle
+    from django_jobs.core.results import JobHandle as ResultsJobHandle
+    from django_jobs.flow.idempotency import claim_key as idempotency_claim_key
+    from django_jobs.workflows.chains import Page as ChainsPage
+    from django_jobs.workflows.chains import chain as chains_chain
 
     assert (JobHandle, Page, chain, claim_key) == (
         ResultsJobHandle, ChainsPage, chains_chain, idempotency_claim_key,
@@ -125,12 +125,24 @@ def test_a_unit_test_asking_for_a_server_is_refused():
 
 
 def test_the_readme_layout_names_every_module():
+    """Each top-level module and folder, and each module of the layer folders the Layout spells out."""
     readme = (ROOT / "README.md").read_text()
     layout = readme[readme.index("## Layout") :].split("```")[1]
     package = ROOT / "django_jobs"
-    modules = {p.name for p in package.glob("*.py")} | {
-        f"{p.name}/" for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()
-    }
+    folders = [p for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+    modules = {p.name for p in package.glob("*.py")} | {f"{p.name}/" for p in folders}
     modules -= {"migrations/"}
+    for folder in ("core", "client", "telemetry", "flow", "workflows", "failures", "ops", "admin"):
+        modules |= {p.name for p in (package / folder).glob("*.py")} - {"__init__.py"}
     missing = sorted(m for m in modules if m not in layout)
     assert not missing, f"README Layout does not mention {missing}"
+
+
+def test_no_module_shadows_the_standard_library():
+    """A module named like a standard one (``inspect``, ``logging``) is the wrong one for a relative
+    reader, a debugger or a tool run from inside its folder."""
+    names = {p.stem for p in (ROOT / "django_jobs").rglob("*.py")} | {
+        p.name for p in (ROOT / "django_jobs").rglob("*") if p.is_dir()
+    }
+    shadowing = sorted(names & sys.stdlib_module_names)
+    assert not shadowing, f"modules named like the standard library's: {shadowing}"

@@ -15,11 +15,14 @@ from django.core.checks import Error, Warning, run_checks
 from django.test import override_settings
 from rq.serializers import JSONSerializer
 
-from django_jobs import checks, job, registry
+from django_jobs import checks, job
+from django_jobs.core import registry
+from django_jobs.failures.alerts import webhook
 
 ROOT = Path(__file__).resolve().parents[2]
 REDIS = settings.RQ_QUEUES["default"]["URL"]
 JSON_QUEUE = {"URL": REDIS, "SERIALIZER": "rq.serializers.JSONSerializer"}
+ALERT_HOOK = "django_jobs.failures.alerts.log_and_mail_admins"
 
 
 def ids(messages):
@@ -397,3 +400,30 @@ def test_cron_settings_name_registered_jobs_and_valid_expressions(settings):
     settings.JOBS = {"CRON": {"tests.nope": "* * * * *", "tests.tick": "every day"}}
     ids = sorted(m.id for m in check_settings() if m.id.startswith("django_jobs.E01"))
     assert ids == ["django_jobs.E011", "django_jobs.E012"]
+
+
+# --- callables named in settings -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "check_id", "names"),
+    [
+        ("REDACT", "django_jobs.redaction.mask_secrets", "django_jobs.E013", "django_jobs.redaction"),
+        ("REDACT", "django_jobs.conf.DEFAULTS", "django_jobs.E013", "is not callable"),
+        ("ALERT_HOOKS", ["django_jobs.alerts.log_and_mail_admins"], "django_jobs.E035", "['ALERT_HOOKS'][0]"),
+        ("ALERT_HOOKS", [ALERT_HOOK, "no.such.hook"], "django_jobs.E035", "['ALERT_HOOKS'][1]"),
+    ],
+)
+def test_a_callable_setting_that_cannot_be_called_is_an_error(setting, value, check_id, names):
+    """Found at start-up (a path from before the modules moved, a typo), not when the first job is
+    dead-lettered and its alert fails."""
+    with with_jobs(**{setting: value}):
+        message = only(run_checks(), check_id)
+    assert isinstance(message, Error)
+    assert names in message.msg
+
+
+def test_the_documented_callables_pass_the_checks():
+    hooks = [ALERT_HOOK, webhook("http://127.0.0.1:9/alerts")]
+    with with_jobs(REDACT="django_jobs.failures.redaction.mask_secrets", ALERT_HOOKS=hooks):
+        assert not {"django_jobs.E013", "django_jobs.E035"} & set(ids(run_checks()))

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rq.job import JOB_ID_PATTERN
 
-from django_jobs.envelope import Envelope
+from django_jobs.core.envelope import Envelope
 from django_jobs.store import surrogate_id, valid_job_id
 
 

@@ -14,8 +14,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from django_jobs import checks, registry
+from django_jobs import checks
 from django_jobs.conf import jobs_settings
+from django_jobs.core import registry
 from django_jobs.exceptions import JobNotFound
 from tests.conftest import ROOT
 
@@ -69,7 +70,7 @@ def test_manage_py_check_warns_about_a_job_only_the_web_side_imports():
 def test_import_modules_are_imported_at_start_up_and_the_check_is_clean():
     result = _django("check", import_modules=[OUTSIDE])
     assert "System check identified no issues" in result.stdout, result.stdout + result.stderr
-    probe = "from django_jobs import registry; print(registry.get('tests.outside').name)"
+    probe = "from django_jobs.core import registry; print(registry.get('tests.outside').name)"
     imported = _django("shell", "-v", "0", "-c", probe, import_modules=[OUTSIDE])
     assert imported.stdout.strip() == "tests.outside", imported.stderr
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db.models import NOT_PROVIDED
 
-from django_jobs import outbox
+from django_jobs.client import outbox
 from django_jobs.models import OutboxEntry, PlainOutboxEntry
 
 
@@ -15,8 +15,8 @@ def _columns(model: type) -> set[str]:
 
 def test_the_plain_row_leaves_out_exactly_the_extra_columns_and_each_has_an_empty_database_default():
     assert _columns(PlainOutboxEntry) < _columns(OutboxEntry)
-    assert _columns(OutboxEntry) - _columns(PlainOutboxEntry) == set(outbox.EXTRA)
-    for name in outbox.EXTRA:
+    assert _columns(OutboxEntry) - _columns(PlainOutboxEntry) == {*outbox.EXTRA, *outbox.RELAYED}
+    for name in (*outbox.EXTRA, *outbox.RELAYED):
         field = OutboxEntry._meta.get_field(name)
         assert field.db_default is not NOT_PROVIDED, name
         assert not field.db_default and field.db_default == field.default, name

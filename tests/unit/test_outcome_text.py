@@ -8,8 +8,9 @@ import logging
 
 import pytest
 
-from django_jobs import cron, logs
 from django_jobs.store import Claimed, JobRecord
+from django_jobs.telemetry import logs
+from django_jobs.workflows import cron
 from tests.testapp.jobs import RAISES
 
 CLAIMED = Claimed("default", "0123abcd", "0123abcd:nonce", JobRecord("0123abcd", {"dj_attempt": b"1"}))

@@ -7,8 +7,9 @@ import json
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from django_jobs import metrics, registry
+from django_jobs.core import registry
 from django_jobs.store import Pause
+from django_jobs.telemetry import metrics
 from tests.observability.conftest import samples
 
 

@@ -18,7 +18,7 @@ import pytest
 from django.core.files import File
 from rq.serializers import JSONSerializer
 
-from django_jobs import payload
+from django_jobs.core import payload
 from django_jobs.exceptions import JobsError, PayloadError
 from tests.testapp.models import Item
 

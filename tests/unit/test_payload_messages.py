@@ -8,7 +8,7 @@ import pytest
 from django.db import models
 from django.test.utils import isolate_apps
 
-from django_jobs import payload
+from django_jobs.core import payload
 from django_jobs.exceptions import PayloadError
 
 

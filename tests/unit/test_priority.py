@@ -7,11 +7,12 @@ import re
 
 import pytest
 
-from django_jobs import job, registry
-from django_jobs.chains import chain
-from django_jobs.envelope import Envelope
+from django_jobs import job
+from django_jobs.core import registry
+from django_jobs.core.envelope import Envelope
 from django_jobs.exceptions import JobNotFound
 from django_jobs.testing import capture_jobs
+from django_jobs.workflows.chains import chain
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.usefixtures("restore_registry")

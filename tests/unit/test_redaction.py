@@ -11,8 +11,8 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
+from django_jobs.failures.redaction import MASK, payload_json, raw_json
 from django_jobs.models import DeadLetter
-from django_jobs.redaction import MASK, payload_json, raw_json
 
 SECRETS = ("hunter2", "sk_live_1", "tok-9")
 

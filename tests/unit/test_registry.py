@@ -8,7 +8,8 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from django_jobs import RetryPolicy, job, registry
+from django_jobs import RetryPolicy, job
+from django_jobs.core import registry
 from django_jobs.exceptions import JobNotFound, JobsError
 from tests.testapp import jobs
 

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from django_jobs import execution
+from django_jobs.core import execution
+from django_jobs.core.execution import expire, soft_timeout
 from django_jobs.exceptions import JobTimeout
-from django_jobs.execution import expire, soft_timeout
 from django_jobs.worker.process import WorkProcess
 
 
@@ -37,6 +37,22 @@ def test_an_attempt_in_process_puts_back_the_handler_it_found():
     with pytest.raises(JobTimeout, match=r"timeout of 0\.05 s"):
         _overrun(0.05)
     assert signal.getsignal(signal.SIGALRM) is mine
+
+
+def test_an_attempt_in_process_puts_back_the_alarm_it_found():
+    """A test's own alarm (pytest-timeout's, say) still fires after an immediate-mode job ran."""
+    fired: list[int] = []
+    signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        with soft_timeout(5):
+            time.sleep(0.05)
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 0.1 < left <= 0.25
+        time.sleep(0.4)
+        assert fired == [signal.SIGALRM]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
 
 
 def test_a_work_process_keeps_its_handlers_and_takes_back_those_a_job_replaced():

@@ -19,16 +19,16 @@ SKIPPED = {"store/lifecycle.py"}
 #: (module, literal): spellings that are not a key, a job hash field or a job status, each with why.
 ALLOWED = {
     # the snapshot of a quarantined item names where it came from: snapshot fields, not Redis keys
-    ("deadletter.py", "djjobs:source"),
-    ("deadletter.py", "djjobs:member"),
-    ("deadletter.py", "djjobs:original "),
-    ("deadletter.py", "djjobs:original job_id"),
-    ("deadletter.py", "djjobs:original reason"),
+    ("failures/deadletter.py", "djjobs:source"),
+    ("failures/deadletter.py", "djjobs:member"),
+    ("failures/deadletter.py", "djjobs:original "),
+    ("failures/deadletter.py", "djjobs:original job_id"),
+    ("failures/deadletter.py", "djjobs:original reason"),
     # a batch's own state in the database, and a dead letter's status choices: rows, not job hashes
-    ("batch_admin.py", "finished"),
+    ("admin/batches.py", "finished"),
     ("models.py", "failed"),
     # an outcome of retry_now() (RetryOutcome.STARTED), not a job status
-    ("retrying.py", "started"),
+    ("failures/retrying.py", "started"),
 }
 
 

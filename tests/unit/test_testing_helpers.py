@@ -119,6 +119,15 @@ def test_captured_jobs_can_be_run_afterwards():
     assert keys() == ["later"]
 
 
+@pytest.mark.django_db(transaction=True)  # the async ORM writes from a thread of its own
+def test_captured_async_jobs_run_too():
+    with capture_jobs() as captured:
+        jobs.async_compute.enqueue("async-later")
+        jobs.record.enqueue("sync-later")
+    captured.run()
+    assert keys() == ["async-later", "sync-later"]
+
+
 def test_nested_capture_blocks_both_see_inner_jobs():
     with capture_jobs() as outer:
         jobs.record.enqueue("1")

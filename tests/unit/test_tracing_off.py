@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from django_jobs import tracing
-from django_jobs.enqueue import build
+from django_jobs.client.enqueue import build
+from django_jobs.core import tracing
 from tests.conftest import ROOT
 
 #: Runs with OpenTelemetry made unimportable (a None entry in sys.modules, as if not installed), loads
@@ -20,7 +20,9 @@ import sys
 sys.modules["opentelemetry"] = None
 import django
 django.setup()
-from django_jobs import enqueue, execution, testing, tracing
+from django_jobs.client import enqueue
+from django_jobs.core import execution, tracing
+from django_jobs import testing
 from django_jobs.worker import supervisor
 envelope = enqueue.build("tests.record", "default", 10, ["k"], {})
 assert not tracing.ENABLED and not tracing.active() and tracing.carrier() == ""

@@ -18,10 +18,10 @@ from django.db.models import Count, Max, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from ... import deadletter, redaction, selection
-from ...conf import jobs_settings
-from ...models import DeadLetter
-from ..arguments import audited_user, real, whole
+from django_jobs.conf import jobs_settings
+from django_jobs.failures import deadletter, redaction, selection
+from django_jobs.management.arguments import audited_user, real, whole
+from django_jobs.models import DeadLetter
 
 FILTER_OPTIONS = ("job", "exception", "queue", "status", "reason", "group", "since", "until", "search")
 LIST_FIELDS = ("pk", "status", "created_at", "job_name", "queue", "exception", "attempts", "message")

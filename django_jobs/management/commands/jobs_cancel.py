@@ -8,10 +8,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
-from ...cancellation import cancel
-from ...conf import jobs_settings
-from ...store import CancelResult
-from ..arguments import job_id
+from django_jobs.conf import jobs_settings
+from django_jobs.core.cancellation import cancel
+from django_jobs.management.arguments import job_id
+from django_jobs.store import CancelResult
 
 
 def _line(result: CancelResult) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ..arguments import output_file
+from django_jobs.management.arguments import output_file
 
 #: What the command hands out, and where it lives inside the package.
 FILES = {

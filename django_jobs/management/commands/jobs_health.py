@@ -10,15 +10,15 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, connections
 from redis.exceptions import RedisError
 
-from django_jobs import durability
-from django_jobs.collectors import dead_letter_counts
 from django_jobs.conf import jobs_settings
-from django_jobs.connections import connection_identity, queue_configs
-from django_jobs.eviction import eviction_policy
+from django_jobs.core.connections import connection_identity, queue_configs, server_connections
 from django_jobs.exceptions import ConfigurationError
-from django_jobs.inspect import QueueState, WorkerState, read_all, server_connections
+from django_jobs.flow.pausing import describe, paused
 from django_jobs.management.arguments import real
-from django_jobs.pausing import describe, paused
+from django_jobs.ops import durability
+from django_jobs.ops.collectors import dead_letter_counts
+from django_jobs.ops.eviction import eviction_policy
+from django_jobs.ops.inspection import QueueState, WorkerState, read_all
 from django_jobs.store import audit
 from django_jobs.store.replication import Primary
 

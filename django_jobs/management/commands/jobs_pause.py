@@ -10,9 +10,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
-from ...exceptions import JobsError
-from ...pausing import MAX_REASON, PAUSE_PERMISSION, describe, pause, paused, target
-from ..arguments import audited_user, bounded_text
+from django_jobs.exceptions import JobsError
+from django_jobs.flow.pausing import MAX_REASON, PAUSE_PERMISSION, describe, pause, paused, target
+from django_jobs.management.arguments import audited_user, bounded_text
 
 
 def targets(options: dict[str, Any]) -> list[tuple[str, str]]:

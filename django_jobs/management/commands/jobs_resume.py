@@ -9,10 +9,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
-from ...exceptions import JobsError
-from ...pausing import PAUSE_PERMISSION, paused, resume
-from ..arguments import audited_user
-from .jobs_pause import target_arguments, targets
+from django_jobs.exceptions import JobsError
+from django_jobs.flow.pausing import PAUSE_PERMISSION, paused, resume
+from django_jobs.management.arguments import audited_user
+from django_jobs.management.commands.jobs_pause import target_arguments, targets
 
 
 class Command(BaseCommand):

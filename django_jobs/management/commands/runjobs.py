@@ -11,12 +11,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis import Redis
 from redis.exceptions import RedisError
 
-from django_jobs import logs
 from django_jobs.conf import jobs_settings
-from django_jobs.connections import cluster_mode
-from django_jobs.eviction import eviction_policy
+from django_jobs.core.connections import cluster_mode
 from django_jobs.exceptions import ConfigurationError
 from django_jobs.management.arguments import real, whole
+from django_jobs.ops.eviction import eviction_policy
+from django_jobs.telemetry import logs
 from django_jobs.worker import build_supervisor, metrics_server
 from django_jobs.worker.process import BURST_WAIT
 

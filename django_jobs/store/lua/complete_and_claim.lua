@@ -89,12 +89,14 @@ for n = 1, queue_count do
       local added = redis.pcall('ZADD', dying, now, id)
       if type(added) == 'table' and added.err then put_back(id, added) end
     elseif #fields > 0 then
-      local attempt, name, workers, expires = 0, '', nil, nil
+      -- started: an attempt of it began once (its first start is set)
+      local attempt, name, workers, expires, started = 0, '', nil, nil, false
       for i = 1, #fields, 2 do
         if fields[i] == '${F_ATTEMPT}' then attempt = tonumber(fields[i + 1]) or 0
         elseif fields[i] == '${F_DESCRIPTION}' then name = fields[i + 1]
         elseif fields[i] == '${F_WORKERS}' then workers = fields[i + 1]
-        elseif fields[i] == '${F_EXPIRES}' then expires = tonumber(fields[i + 1]) end
+        elseif fields[i] == '${F_EXPIRES}' then expires = tonumber(fields[i + 1])
+        elseif fields[i] == '${F_FIRST_STARTED}' then started = true end
       end
       -- its limits by its stored name: ours is the bare name, RQ's is the call 'name(args...)'
       local limit = limited_by and (limited_by[name] or limited_by[string.match(name, '^[^(]*')])
@@ -131,12 +133,12 @@ ${GATES}
           end
         end
         -- The job as the gates see it: n and queue (where it was popped), id, key (its hash), fields,
-        -- attempt, workers, expires, limit (its limits entry, or nil), pause (the entry, while its type
+        -- attempt, expires, started, limit (its limits entry, or nil), pause (the entry, while its type
         -- is paused), and for a job of a scope (limit_key) scope ('<canonical name>\n<key value>') and
         -- turn (set while it waits in, or was woken from, its line); slots: the slots its attempt takes
         -- (its scope's or its type's), or nil.
         job = {n = n, queue = q, id = id, key = key, fields = fields, attempt = attempt, expires = expires,
-               pause = limit and limit.paused_field and limit}
+               started = started, pause = limit and limit.paused_field and limit}
         local value, turn  -- of a job of a scope; no value: queued before its type had a key, no limit holds it
         if limit and limit.scope then value, turn = fair().key_of(fields) end
         if value then
@@ -155,10 +157,11 @@ ${GATES}
         if type(added) == 'table' and added.err then put_back(id, added) end
         -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
         workers = workers and string.sub(workers .. '\n' .. worker, -4096) or worker
-        -- one HSET: on the first attempt its start is also the first start (a key written again: harmless)
+        -- one HSET: on its first start it is also the first start (a key written again: harmless); a job
+        -- handed back or snoozed, its attempt given back, keeps the first start it had
         redis.call('HSET', key, '${F_STATUS}', '${STARTED}', '${F_STARTED_AT}', stamp, '${F_WORKER_NAME}', worker,
                    '${F_LAST_HEARTBEAT}', stamp, '${F_ATTEMPT}', math.floor(attempt) + 1, '${F_WORKERS}', workers,
-                   attempt == 0 and '${F_FIRST_STARTED}' or '${F_STARTED_AT}', stamp)
+                   started and '${F_STARTED_AT}' or '${F_FIRST_STARTED}', stamp)
         redis.pcall('ZADD', q.wip, '+inf', token)  -- RQ's registry: for its tools only
         if job and job.slots and job.limit.concurrency > 0 then redis.pcall('ZADD', job.slots, now, token) end
         if job and job.turn then redis.pcall('HDEL', key, '${F_LINE}', '${F_TURN}') end  -- its turn came

@@ -9,14 +9,16 @@ import pytest
 import redis
 from django.core.management import CommandError, call_command
 
-from django_jobs import cancel, pausing, registry
+from django_jobs import cancel
+from django_jobs.core import registry
+from django_jobs.flow import pausing
 from django_jobs.store import Claimed, Store, keys, read
 from django_jobs.store.audit import audit
 from django_jobs.store.lifecycle import State
 from django_jobs.testing import run_jobs
 from tests.testapp import jobs
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")  # a cancel deletes outbox rows
 
 
 def claim(store: Store, nonce: str) -> Claimed:

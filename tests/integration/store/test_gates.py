@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from django_jobs import registry
+from django_jobs.core import registry
 from django_jobs.store import Store, lifecycle, read
 from django_jobs.store.lifecycle import State
 from tests.testapp import jobs

@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 import redis
 
-from django_jobs import alerts, inspect, registry
-from django_jobs.execution import settle_failure
+from django_jobs.core import registry
+from django_jobs.core.execution import settle_failure
+from django_jobs.failures import alerts
+from django_jobs.ops import inspection as inspect
 from django_jobs.store import LEASES, CancelResult, Claimed, Finished, Settled, Store
 from django_jobs.store.scripts import load
 from django_jobs.testing import run_jobs

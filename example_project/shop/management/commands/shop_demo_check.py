@@ -22,7 +22,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_jobs import deadletter
+from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter
 from example_project.shop.jobs import CARD_LIMIT, FLAKY_ATTEMPTS
 from example_project.shop.models import InventorySync, Order

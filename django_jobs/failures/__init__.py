@@ -1,0 +1,1 @@
+"""Failed jobs: dead letters, their triage and alerts, redaction, retrying now."""

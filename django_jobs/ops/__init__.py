@@ -1,0 +1,1 @@
+"""What operators read: the overview, Prometheus collectors, durability and Redis state."""

@@ -1,0 +1,1 @@
+"""Counters, the dashboard's hourly figures and log lines."""

@@ -1,0 +1,29 @@
+"""Helpers for your own tests: capture enqueued jobs, run them inline, or drain Redis in-process.
+
+``JOBS["MODE"] = "capture"`` records jobs instead of queueing them; ``"immediate"`` runs them
+inline (at commit inside a transaction). Both treat Django ``TestCase``'s wrapping transaction as no
+transaction, so they work there unchanged, and an ``atomic()`` block of the code under test as the
+transaction it is in production. Immediate mode, ``Captured.run()`` and :func:`run_jobs` run each
+attempt as the worker does, its outcome published through the same pipeline; the first two then
+raise what the job raised to the test.
+
+The names are imported on first use: pytest imports this package for its plugin
+(``django_jobs.testing.pytest_plugin``) before Django's settings are set up.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django_jobs.client.backends.capture import Captured, CapturedJob
+    from django_jobs.testing.modes import capture_jobs, immediate_jobs, run_jobs
+
+__all__ = ["Captured", "CapturedJob", "capture_jobs", "immediate_jobs", "run_jobs"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        return getattr(import_module("django_jobs.testing.modes"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

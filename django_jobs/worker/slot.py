@@ -1,0 +1,186 @@
+"""What the supervisor knows about one work process: one explicit state, changed only through the
+transition table below.
+
+A state says what the process is doing and so what its death means (``Slot.settlement``): nothing,
+a success to complete, a failure to settle (and why), or a job to hand back. Events come from the
+process's reports (``protocol``) and from the supervisor's own decisions (a cancel request seen, a
+kill). Reports read after a kill were written before it: the killed states take them in too, so a
+job whose code returned before the kill is still completed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from time import monotonic as _monotonic
+
+from django_jobs.store import split_token
+from django_jobs.worker.protocol import Mark, Reader, Started
+
+logger = logging.getLogger("django_jobs.worker")
+
+
+class State(StrEnum):
+    STARTING = "starting"  #: forked, nothing reported yet
+    IDLE = "idle"  #: holds no attempt
+    RUNNING = "running"  #: the job's code runs under its deadline
+    CANCELLING = "cancelling"  #: running, asked to stop: killed once the cancel grace is over
+    RETURNED = "returned"  #: the code returned: a success, whatever happens next
+    RAISED = "raised"  #: the code raised: the process settles the failure
+    COMPLETING = "completing"  #: the success rides on the next claim: lease kept, no deadline
+    TIMED_OUT = "timed out"  #: killed for overrunning its timeout
+    CANCEL_KILLED = "cancel killed"  #: killed for outliving its cancel request's grace
+    KILLED_RETURNED = "killed after returning"  #: killed after its code returned: still a success
+    FENCED = "fenced"  #: killed because its lease was taken back: whoever took it settles the job
+    HANDED_BACK = "handed back"  #: killed at the end of the shutdown grace: its job goes back
+    KILLED = "killed"  #: killed holding nothing to settle
+    EXITED = "exited"  #: reaped
+
+
+class Event(StrEnum):
+    STARTED = "start"  # the reports, see protocol
+    RETURNED = "returned"
+    RAISED = "raised"
+    COMPLETING = "completing"
+    DONE = "done"
+    CANCEL = "cancel requested"  # the supervisor's findings and decisions
+    OVERRAN = "overran its timeout"
+    GRACE_OVER = "outlived its cancel grace"
+    FENCE = "lease taken back"
+    STOP = "shutdown grace over"
+    EXIT = "exited"
+
+
+class Settlement(Enum):
+    """What the death of a work process in a given state leaves to do."""
+
+    NOTHING = "nothing"
+    COMPLETE = "complete"  # the job succeeded; only its completion is missing
+    LOST = "lost"  # failed: the process died under it
+    TIMEOUT = "timeout"  # failed: killed past its timeout
+    CANCEL = "cancel"  # failed: killed past its cancel grace
+    HAND_BACK = "hand back"  # released to its queue, its attempt given back
+
+
+S, E = State, Event
+_RUNNING = {E.RETURNED: S.RETURNED, E.RAISED: S.RAISED, E.DONE: S.IDLE, E.OVERRAN: S.TIMED_OUT}
+_RUNNING |= {E.FENCE: S.FENCED, E.STOP: S.HANDED_BACK}
+# Late reports to a killed process: what its code got done before the kill still counts.
+_KILLED = {E.RETURNED: S.KILLED_RETURNED, E.COMPLETING: S.KILLED_RETURNED, E.DONE: S.KILLED}
+_KILLED |= {E.STARTED: S.RUNNING, E.STOP: S.HANDED_BACK}
+_ABSORBED = (E.STARTED, E.RETURNED, E.RAISED, E.COMPLETING)
+_MOVES: dict[State, dict[Event, State]] = {
+    S.STARTING: {E.STARTED: S.RUNNING, E.DONE: S.IDLE},
+    S.IDLE: {E.STARTED: S.RUNNING, E.DONE: S.IDLE},
+    S.RUNNING: {**_RUNNING, E.CANCEL: S.CANCELLING},
+    S.CANCELLING: {**_RUNNING, E.GRACE_OVER: S.CANCEL_KILLED},
+    S.RETURNED: {E.COMPLETING: S.COMPLETING, E.DONE: S.IDLE, E.OVERRAN: S.KILLED_RETURNED},
+    S.RAISED: {E.DONE: S.IDLE, E.OVERRAN: S.TIMED_OUT},
+    S.COMPLETING: {E.STARTED: S.RUNNING, E.DONE: S.IDLE},
+    S.TIMED_OUT: {**_KILLED, E.RAISED: S.TIMED_OUT},
+    S.CANCEL_KILLED: {**_KILLED, E.RAISED: S.CANCEL_KILLED},
+    S.KILLED_RETURNED: {E.COMPLETING: S.KILLED_RETURNED, E.DONE: S.KILLED, E.STARTED: S.RUNNING},
+    S.FENCED: {**dict.fromkeys(_ABSORBED, S.FENCED), E.DONE: S.KILLED},
+    S.HANDED_BACK: {**dict.fromkeys(_ABSORBED, S.HANDED_BACK), E.DONE: S.KILLED},
+    S.KILLED: {E.STARTED: S.RUNNING, E.DONE: S.KILLED},
+}
+for _state in (S.RETURNED, S.RAISED, S.KILLED_RETURNED):
+    _MOVES[_state][E.STOP] = S.HANDED_BACK
+
+#: Every transition a slot may take: state -> event -> next state. Any other is refused. Every
+#: state but the last may exit.
+TRANSITIONS: Mapping[State, Mapping[Event, State]] = {
+    **{state: {**moves, E.EXIT: S.EXITED} for state, moves in _MOVES.items()},
+    S.EXITED: {},
+}
+
+#: The states whose deadline the supervisor enforces: the code runs, or its end is being settled.
+DEADLINED = frozenset({S.RUNNING, S.CANCELLING, S.RETURNED, S.RAISED})
+#: The states whose attempt a lease guard kill or a fence may stop: the job's code is running.
+STOPPABLE = frozenset({S.RUNNING, S.CANCELLING})
+
+SETTLEMENTS: Mapping[State, Settlement] = {
+    S.RETURNED: Settlement.COMPLETE,
+    S.COMPLETING: Settlement.COMPLETE,
+    S.KILLED_RETURNED: Settlement.COMPLETE,
+    S.RUNNING: Settlement.LOST,
+    S.CANCELLING: Settlement.LOST,
+    S.RAISED: Settlement.LOST,
+    S.TIMED_OUT: Settlement.TIMEOUT,
+    S.CANCEL_KILLED: Settlement.CANCEL,
+    S.HANDED_BACK: Settlement.HAND_BACK,
+}
+
+# Module names for what each report costs: an enum's attribute is a slower lookup.
+_STARTED, _DONE, _CANCELLING = E.STARTED, E.DONE, S.CANCELLING
+_EVENT_OF: Mapping[Mark, Event] = {
+    Mark.RETURNED: E.RETURNED,
+    Mark.RAISED: E.RAISED,
+    Mark.COMPLETING: E.COMPLETING,
+    Mark.DONE: E.DONE,
+}
+
+
+@dataclass(slots=True)
+class Slot:
+    """One work process: its state, since when (``time.monotonic()``), and the attempt it holds."""
+
+    pid: int
+    fd: int
+    name: str
+    state: State = State.STARTING
+    since: float = field(default_factory=_monotonic)
+    attempt: Started | None = None  # set by a start report, cleared by a "done" one
+    suspect: str | None = None  # the running attempt's token, if the last heartbeat found no lease
+    started: list[tuple[str, str]] = field(default_factory=list)  # (job id, queue) since the last look
+    reader: Reader = field(default_factory=Reader)
+
+    @property
+    def token(self) -> str | None:
+        return self.attempt.token if self.attempt is not None else None
+
+    @property
+    def queue(self) -> str | None:
+        return self.attempt.queue if self.attempt is not None else None
+
+    def can(self, event: Event) -> bool:
+        """Whether the table allows ``event`` in the current state."""
+        return event in TRANSITIONS[self.state]
+
+    def on(self, event: Event) -> bool:
+        """Take the transition ``event`` triggers and return True; a transition the table lacks is
+        refused: logged in one line, the state kept, False returned. Never raises: a work process's
+        odd report must not stop its supervisor."""
+        target = TRANSITIONS[self.state].get(event)
+        if target is None:
+            logger.warning("Work process %d: %s refused while %s; ignored.", self.pid, event, self.state)
+            return False
+        if target is not self.state:
+            self.state = target
+            if target is _CANCELLING:  # the only state whose age matters: the cancel grace
+                self.since = _monotonic()
+        return True
+
+    def feed(self, data: bytes) -> None:
+        """Take in what the process reported; a garbled report is logged in one line and skipped."""
+        for message in self.reader.feed(data):
+            kind = type(message)
+            if kind is Mark:
+                event = _EVENT_OF[message]  # type: ignore[index]
+                if self.on(event) and event is _DONE:
+                    self.attempt = None
+            elif kind is Started:
+                if self.on(_STARTED):
+                    self.attempt = message  # type: ignore[assignment]
+                    self.started.append((split_token(message.token), message.queue))  # type: ignore[union-attr]
+            else:
+                logger.warning("Work process %d sent an %s; ignored.", self.pid, message)
+
+    @property
+    def settlement(self) -> Settlement:
+        """What this process's death leaves to do, were it to die now."""
+        if self.attempt is None:
+            return Settlement.NOTHING
+        return SETTLEMENTS.get(self.state, Settlement.NOTHING)

@@ -1,0 +1,1 @@
+"""Jobs that belong together: chains, batches and periodic (cron) jobs."""
