@@ -11,10 +11,11 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from django_jobs.store import keys
+from django_jobs.store.interface import Packer
 from django_jobs.store.lifecycle import F
 from django_jobs.store.model import PARK_RECHECK, Beat, Claim, Claimed, Finished
 from django_jobs.store.record import JobRecord, int_field, rq_timestamp, split_token, text
-from django_jobs.store.scripts import Part, queue_keys
+from django_jobs.store.scripts import INTERFACES, Part, queue_keys
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
@@ -62,14 +63,12 @@ def limit_entries(limits: str, limited: list[str], queues: Sequence[str] = ()) -
 
 
 @functools.lru_cache(maxsize=64)
-def _claim_layout(
-    queues: tuple[str, ...], limits: str, prioritized: str
-) -> tuple[list[dict[str, str]], list[str], str]:
-    """The claim's queues, its limited keys and its limits argument for these queues, limits and
-    prioritized queues ('1' per queue whose high set may hold jobs).
+def _claim_packer(queues: tuple[str, ...], limits: str, prioritized: str, backoff: float) -> Packer:
+    """The packer of the claims from these queues with these limits, prioritized queues ('1' per
+    queue whose high set may hold jobs) and backoff: everything but the per-claim names packed.
 
-    Worked out once per worker and set of pauses (the arguments do not change between claims), so a
-    claim costs nothing more than it did when the script built the names itself.
+    Worked out once per worker and set of pauses (they do not change between claims), so a claim
+    costs no more than filling in its stamp, worker, lease and the job it completes.
     """
     items = [
         {**queue_keys(queue), "name": queue, "prioritized": flag}
@@ -77,7 +76,11 @@ def _claim_layout(
     ]
     limited: list[str] = []
     entries = limit_entries(limits, limited, queues)
-    return items, limited, json.dumps(entries) if entries else "{}"
+    return INTERFACES["complete_and_claim"].packer(
+        leases=keys.LEASES, dying=keys.DYING, vanished=keys.VANISHED, lost=keys.LOST, paused=keys.PAUSED,
+        parked_lists=keys.PARKED, limits=json.dumps(entries) if entries else "{}", backoff=backoff,
+        prefix=keys.JOB_PREFIX, recheck=PARK_RECHECK, queue=items, limited=limited,
+    )  # fmt: skip
 
 
 class Claiming(Part):
@@ -104,19 +107,22 @@ class Claiming(Part):
         all); another queue's is asked only once its list is empty, which spares a plain claim a command.
         """
         high = "".join("1" if prioritized is None or q in prioritized else "0" for q in queues)
-        items, limited, limit_arg = _claim_layout(tuple(queues), limits, high)
-        call: dict[str, Any] = {
-            "leases": keys.LEASES, "dying": keys.DYING, "vanished": keys.VANISHED, "lost": keys.LOST,
-            "paused": keys.PAUSED, "parked_lists": keys.PARKED,
-            "stamp": rq_timestamp(dt.datetime.now(dt.UTC)),
-            "finished_ttl": finished_ttl, "worker": worker_name, "lease_seconds": lease_seconds,
-            "nonce": nonce, "limits": limit_arg, "backoff": limit_wait, "prefix": keys.JOB_PREFIX,
-            "recheck": PARK_RECHECK, "queue": items, "limited": limited,
-        }  # fmt: skip
-        reply = self.scripts.complete_and_claim(**call, **_done(finished))
+        pack = _claim_packer(tuple(queues), limits, high, limit_wait)
+        stamp = rq_timestamp(dt.datetime.now(dt.UTC))
+        script = self.scripts.complete_and_claim.script
+        done, done_queue, scope = _done(finished)
+        call = pack(
+            stamp=stamp, finished_ttl=finished_ttl, worker=worker_name, lease_seconds=lease_seconds,
+            nonce=nonce, done=done, done_queue=done_queue, scope=scope,
+        )  # fmt: skip
+        reply = script(*call)
         ok, expired = bool(reply[0]), _expired(queues, reply[1])
         while len(reply) == 3:  # it deferred, parked or dropped a batch of jobs: look behind them
-            reply = self.scripts.complete_and_claim(**call, **_done(None))
+            call = pack(
+                stamp=stamp, finished_ttl=finished_ttl, worker=worker_name, lease_seconds=lease_seconds,
+                nonce=nonce, done=None, done_queue=None, scope=None,
+            )  # fmt: skip
+            reply = script(*call)
             expired += _expired(queues, reply[1])
         if len(reply) == 2:
             return Claim(ok, None, expired)
@@ -139,18 +145,31 @@ class Claiming(Part):
         if not tokens:
             return Beat(set(), set())
         beats = [{"hash": keys.job_key(split_token(token)), "token": token} for token in tokens]
-        gone, cancelled = self.scripts.heartbeat(leases=keys.LEASES, lease_seconds=lease_seconds, beat=beats)
+        call = _heartbeat_packer()(lease_seconds=lease_seconds, beat=beats)
+        gone, cancelled = self.scripts.heartbeat.script(*call)
         return Beat({text(t) for t in gone}, {text(t) for t in cancelled})
 
 
-def _done(finished: Finished | None) -> dict[str, Any]:
-    """The claim's names for the job it completes: its hash, token and result, its queue, its scope."""
+@functools.cache
+def _heartbeat_packer() -> Packer:
+    """The heartbeat's packer: the leases packed once."""
+    return INTERFACES["heartbeat"].packer(leases=keys.LEASES)
+
+
+_Done = tuple[dict[str, Any] | None, dict[str, str] | None, dict[str, str] | None]
+
+
+def _done(finished: Finished | None) -> _Done:
+    """The claim's done, done_queue and scope: the job it completes (its hash, wip set, token and
+    result), and for a job of a key (limit_key) its queue and its scope, where its next job comes from."""
     if finished is None:
-        return {"done": None, "done_queue": None, "scope": None}
+        return None, None, None
     done = {
         "hash": keys.job_key(split_token(finished.token)),
+        "wip": queue_keys(finished.queue)["wip"],
         "token": finished.token,
         "result": finished.result or "",
     }
-    scope = finished.scope.places(finished.queue) if finished.scope else None
-    return {"done": done, "done_queue": queue_keys(finished.queue), "scope": scope}
+    if finished.scope is None:
+        return done, None, None
+    return done, queue_keys(finished.queue), finished.scope.places(finished.queue)

@@ -5,14 +5,23 @@ number and no caller counts positions.
 KEYS are the script's fixed keys, then each :class:`Group`'s keys, item by item; ARGV are the counts
 of the groups that vary ("maybe" and "many", in their order), the fixed arguments, each group's
 arguments item by item, and last the ``rest`` (a variable tail, such as field/value pairs).
+
+The same declaration compiles into a Python packer (:meth:`Interface.packer`): the names a caller
+passes the same on every call are packed once, and the packer of the rest is a generated function of
+them by keyword, so a hot call (the claim) costs neither a check nor a dict per call.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import functools
+import keyword
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+
+#: A compiled packer: the KEYS and ARGV of a call, from its names by keyword.
+Packer = Callable[..., tuple[list[Any], list[Any]]]
 
 
 class Times(enum.Enum):
@@ -52,6 +61,9 @@ class Interface:
         names = [*self.keys, *self.args, *(g.name for g in self.groups), *([self.rest] if self.rest else [])]
         if len(set(names)) != len(names):
             raise ValueError(f"script {self.name}: a name is declared twice in {names}")
+        inner = [n for g in self.groups for n in g.names]
+        if bad := [n for n in [*names, *inner] if not n.isidentifier() or keyword.iskeyword(n)]:
+            raise ValueError(f"script {self.name}: {', '.join(bad)} cannot be named in Python")
         object.__setattr__(self, "_required", frozenset(names))
 
     @property
@@ -62,19 +74,33 @@ class Interface:
     def pack(self, **given: Any) -> tuple[list[Any], list[Any]]:
         """KEYS and ARGV of a call whose every name is given: a group's items as mappings of its names
         (a "maybe" group's as one or None, a "many" group's as a sequence; the items of a group of
-        one name may be its bare values), the rest as a sequence."""
+        one name may be its bare values), the rest as a sequence. Each checked: for calls off the
+        hot path (a hot one compiles its :meth:`packer`)."""
         if given.keys() != self._required:
             self._refuse(given)
-        call_keys = [given[name] for name in self.keys]
-        counts = [_count(g, given[g.name]) for g in self.counted]
-        call_args = [*counts, *(given[name] for name in self.args)]
+        return self._unfixed(**self._checked(given))
+
+    def packer(self, **fixed: Any) -> Packer:
+        """The packer of the calls whose ``fixed`` names have these values (checked and packed here,
+        once): a function of the other names, by keyword (a missing one fails as a call does).
+
+        It takes a group's items as :meth:`pack` does, but a "maybe" or "many" group of one name takes
+        only its bare values, as its Lua name is bound to them; and checks none of them."""
+        if unknown := sorted(fixed.keys() - self._required):
+            raise TypeError(f"script {self.name}: unknown {', '.join(unknown)}")
+        return _compile(self, self._checked(fixed))
+
+    @functools.cached_property
+    def _unfixed(self) -> Packer:
+        return self.packer()
+
+    def _checked(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """``given`` with each group's items checked, in the form a compiled packer takes them."""
+        checked = dict(given)
         for group in self.groups:
-            for item in _items(group, given[group.name]):
-                call_keys += _values(self.name, group, group.keys, item)
-                call_args += _values(self.name, group, group.args, item)
-        if self.rest:
-            call_args += given[self.rest]
-        return call_keys, call_args
+            if group.name in given:
+                checked[group.name] = _checked(self.name, group, given[group.name])
+        return checked
 
     def _refuse(self, given: Mapping[str, Any]) -> None:
         missing, unknown = sorted(self._required - given.keys()), sorted(given.keys() - self._required)
@@ -101,23 +127,85 @@ class Interface:
         return "\n".join(lines) + "\n"
 
 
-def _count(group: Group, value: Any) -> int:
-    return (0 if value is None else 1) if group.times is Times.MAYBE else len(value)
-
-
-def _items(group: Group, value: Any) -> Sequence[Any]:
+def _checked(script: str, group: Group, value: Any) -> Any:
     if group.times is Times.MANY:
-        return value  # type: ignore[no-any-return]
-    return () if value is None else (value,)
+        return [_item(script, group, item) for item in value]
+    return None if value is None and group.times is Times.MAYBE else _item(script, group, value)
 
 
-def _values(script: str, group: Group, names: tuple[str, ...], item: Any) -> list[Any]:
+def _item(script: str, group: Group, item: Any) -> Any:
+    """One item of ``group``, checked to have exactly its names; bare if the group binds it bare."""
+    bare = len(group.names) == 1 and group.times is not Times.ONE
     if len(group.names) == 1 and not isinstance(item, Mapping):
-        return [item] if names else []
+        return item if bare else {group.names[0]: item}
     if not isinstance(item, Mapping) or item.keys() != set(group.names):
         got = sorted(item) if isinstance(item, Mapping) else type(item).__name__
         raise TypeError(f"script {script}: an item of {group.name} needs {', '.join(group.names)}, got {got}")
-    return [item[name] for name in names]
+    return item[group.names[0]] if bare else item
+
+
+class _Part(NamedTuple):
+    """A run of KEYS or ARGV: a Python expression of a sequence, of the one name it reads."""
+
+    name: str
+    code: str
+
+
+def _parts(interface: Interface) -> tuple[list[_Part], list[_Part]]:
+    """The parts of KEYS and of ARGV, in the order of the module's rule."""
+    call_keys = [_Part(n, f"({n},)") for n in interface.keys]
+    call_args = [_Part(g.name, f"({_count(g)},)") for g in interface.counted]
+    call_args += [_Part(n, f"({n},)") for n in interface.args]
+    for group in interface.groups:
+        call_keys += [_Part(group.name, _flat(group, group.keys))] if group.keys else []
+        call_args += [_Part(group.name, _flat(group, group.args))] if group.args else []
+    if interface.rest:
+        call_args.append(_Part(interface.rest, interface.rest))
+    return call_keys, call_args
+
+
+def _count(group: Group) -> str:
+    return f"len({group.name})" if group.times is Times.MANY else f"0 if {group.name} is None else 1"
+
+
+def _flat(group: Group, names: tuple[str, ...]) -> str:
+    """The expression of a group's values of ``names``, item by item."""
+    name = group.name
+    if len(group.names) == 1 and group.times is not Times.ONE:
+        return name if group.times is Times.MANY else f"(() if {name} is None else ({name},))"
+    item = "_i" if group.times is Times.MANY else name
+    values = "(" + "".join(f"{item}[{n!r}], " for n in names) + ")"
+    if group.times is Times.MANY:
+        return f"[_x for _i in {name} for _x in {values}]"
+    return values if group.times is Times.ONE else f"(() if {name} is None else {values})"
+
+
+def _compile(interface: Interface, fixed: dict[str, Any]) -> Packer:
+    """The generated packer: each run of parts that reads only fixed names, worked out now, is a
+    constant; the other parts are expressions of its parameters."""
+    constants: dict[str, Any] = {}
+
+    def listed(parts: list[_Part]) -> str:
+        out, run = [], []
+        for part in [*parts, _Part("", "")]:  # the end flushes the last run
+            if part.name in fixed:
+                run += eval(part.code, dict(fixed))  # the parts of fixed names, now
+                continue
+            if run:
+                name = f"_c{len(constants)}"
+                constants[name], run = tuple(run), []
+                out.append(f"*{name}")
+            if part.code:
+                out.append(f"*{part.code}")
+        return "[" + ", ".join(out) + "]"
+
+    call_keys, call_args = _parts(interface)
+    body = f"    return {listed(call_keys)}, {listed(call_args)}\n"
+    free = [n for n in sorted(interface._required) if n not in fixed]
+    source = f"def pack_{interface.name}({'*, ' + ', '.join(free) if free else ''}):\n{body}"
+    exec(source, constants)  # generated from the declaration, as the Lua prologue is
+    packer: Packer = constants[f"pack_{interface.name}"]
+    return packer
 
 
 def _locals(names: tuple[str, ...], array: str, before: int) -> list[str]:

@@ -447,7 +447,9 @@ class Gate:
     doc: str
 
 
-#: The claim's gates, in the order a popped job meets them. A new gate: its file, and a row here.
+#: The claim's gates, in the order a popped job meets them. A new gate: its file, and a row here. A gate
+#: looks only at a job with an expiry or a limits entry: the claim makes the gates (and the job's table)
+#: only for such a job, so that a plain job's claim makes none of them.
 GATES: tuple[Gate, ...] = (
     Gate("expiry", frozenset({State.EXPIRED}), "a job with no dj_first_started whose dj_expires passed"),
     Gate(

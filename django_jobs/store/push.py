@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django_jobs.store import keys
+from django_jobs.store.interface import Packer
 from django_jobs.store.model import Pushable
 from django_jobs.store.record import text
 from django_jobs.store.scripts import INTERFACES, Part, queue_keys
@@ -36,12 +38,15 @@ def _push_call(jobs: Sequence[Pushable]) -> tuple[list[Any], list[Any]]:
             marker = len(markers)
         fields = [item for pair in j.fields().items() for item in pair]
         batch.append([j.id, number[j.queue], j.due, fields, marker, j.debounce, j.priority])
-    return INTERFACES["push"].pack(
+    queues = [queue_keys(queue) for queue in number]
+    return _packer()(queue=queues, job=hashes, marker=markers, jobs=json.dumps(batch))
+
+
+@functools.cache
+def _packer() -> Packer:
+    """The push's packer: its fixed keys and arguments packed once."""
+    return INTERFACES["push"].packer(
         queues_set=keys.QUEUES_SET,
-        queue=[queue_keys(queue) for queue in number],
-        job=hashes,
-        marker=markers,
-        jobs=json.dumps(batch),
         wake_cap=WAKE_CAP,
         unique_ttl=UNIQUE_TTL,
         prefix=keys.JOB_PREFIX,

@@ -104,8 +104,8 @@ INTERFACES = {
             groups=(
                 Group("queue", Times.MANY, keys=QUEUE, args=("name", "prioritized")),
                 Group("limited", Times.MANY, keys=("key",)),
-                Group("done", Times.MAYBE, keys=("hash",), args=("token", "result")),
-                Group("done_queue", Times.MAYBE, keys=QUEUE),
+                Group("done", Times.MAYBE, keys=("hash", "wip"), args=("token", "result")),
+                Group("done_queue", Times.MAYBE, keys=QUEUE),  # with scope only: where its next job goes
                 SCOPE,
             ),
         ),
@@ -217,12 +217,14 @@ def script_text(name: str) -> str:
     snippets and names filled in.
 
     The files are :class:`string.Template` text: ``${NOW}`` (the Redis-time prologue), ``${READY}``
-    (where a ready id goes), ``${FAIR}`` (limits per key: park, wake), ``${GATES}`` (the claim's
-    gates), ``${BAND}``, ``${QUEUED}``..., ``${F_ATTEMPT}``..., ``${END_DEAD}``..., and ``$$`` for a ``$``.
+    (where a ready id goes), ``${FAIR}`` (limits per key: park, wake), ``${FAIR_MADE}`` (both, made
+    by the first call of ``fair()``), ``${GATES}`` (the claim's gates), ``${BAND}``, ``${QUEUED}``...,
+    ``${F_ATTEMPT}``..., ``${END_DEAD}``..., and ``$$`` for a ``$``.
     """
     interface = INTERFACES.get(name)
     prologue = interface.prologue() if interface else ""
     snippets = {"NOW": _lua("now"), "READY": _lua("ready"), "FAIR": _lua("fair")}
+    snippets["FAIR_MADE"] = _lua("fair_made", READY=snippets["READY"], FAIR=snippets["FAIR"])
     if "${GATES}" in _file(name):
         snippets["GATES"] = gates_text()
     return prologue + _lua(name, **snippets)
@@ -256,13 +258,11 @@ class Scripts:
     """Every declared script of one connection: ``scripts.fail(token=..., ...)``."""
 
     def __init__(self, connection: Redis) -> None:
-        self._bound = {name: Bound(connection, interface) for name, interface in INTERFACES.items()}
+        # attributes, so that the claim's lookup is a plain one: __getattr__ only names a wrong one
+        self.__dict__.update({name: Bound(connection, interface) for name, interface in INTERFACES.items()})
 
     def __getattr__(self, name: str) -> Bound:
-        try:
-            return self._bound[name]
-        except KeyError:
-            raise AttributeError(f"no store script {name!r}") from None
+        raise AttributeError(f"no store script {name!r}")
 
 
 class Part:

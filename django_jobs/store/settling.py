@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any
 
 from django_jobs.store import keys
+from django_jobs.store.interface import Packer
 from django_jobs.store.model import Scope, Settled
 from django_jobs.store.record import rq_timestamp, split_token, to_bytes
-from django_jobs.store.scripts import Ending, Part, queue_keys
+from django_jobs.store.scripts import INTERFACES, Ending, Part, queue_keys
 
 
 def _ending(delay: float | None, cancel: bool) -> Ending:
@@ -20,20 +22,28 @@ def _ending(delay: float | None, cancel: bool) -> Ending:
     return Ending.RETRY if delay > 0 else Ending.REQUEUE
 
 
+@functools.lru_cache(maxsize=256)
+def _packer(script: str, queue: str) -> Packer:
+    """The packer of a settling script's calls for the jobs of ``queue``: the leases, the lost (and
+    the dying) set and the queue's keys packed once."""
+    fixed = {"leases": keys.LEASES, "lost": keys.LOST, "queue": queue_keys(queue)}
+    return INTERFACES[script].packer(**fixed, **({"dying": keys.DYING} if script == "fail" else {}))
+
+
 class Settling(Part):
     """Fail, release and snooze a running job, fenced by its lease token."""
 
-    def _settle(self, token: str, queue: str, scope: Scope | None) -> dict[str, Any]:
-        """The names every settling script shares: the leases, the job, its queue and its scope."""
-        return {
-            "leases": keys.LEASES,
-            "lost": keys.LOST,
-            "hash": keys.job_key(split_token(token)),
-            "token": token,
-            "queue": queue_keys(queue),
-            "scope": scope.places(queue) if scope else None,
-            "stamp": rq_timestamp(dt.datetime.now(dt.UTC)),
-        }
+    def _settle(self, script: str, token: str, queue: str, scope: Scope | None, **named: Any) -> Settled:
+        """Run a settling script with the names they all share (the job, its token, its scope, the
+        stamp) and its own ``named``."""
+        call = _packer(script, queue)(
+            hash=keys.job_key(split_token(token)),
+            token=token,
+            scope=scope.places(queue) if scope else None,
+            stamp=rq_timestamp(dt.datetime.now(dt.UTC)),
+            **named,
+        )
+        return Settled(getattr(self.scripts, script).script(*call))
 
     def fail(
         self,
@@ -53,16 +63,16 @@ class Settling(Part):
         ``scope``: the key (``limit_key``) whose slot it frees for the next parked job."""
         # A message can hold lone surrogates (an exception quoting bad input): kept, not a crash.
         values = [to_bytes(v) if isinstance(v, str) else v for pair in fields.items() for v in pair]
-        return Settled(
-            self.scripts.fail(
-                **self._settle(token, queue, scope),
-                held=keys.LOST if lost else keys.LEASES,
-                dying=keys.DYING,
-                mode=_ending(delay, cancel),
-                delay=delay or 0,
-                finished_ttl=finished_ttl,
-                fields=values,
-            )
+        return self._settle(
+            "fail",
+            token,
+            queue,
+            scope,
+            held=keys.LOST if lost else keys.LEASES,
+            mode=_ending(delay, cancel),
+            delay=delay or 0,
+            finished_ttl=finished_ttl,
+            fields=values,
         )
 
     def snooze(
@@ -72,11 +82,10 @@ class Settling(Part):
         claim counted and counting the snooze (``dj_snoozes``), fenced by the lease token like
         :meth:`fail`; a job whose cancel was requested is cancelled instead. ``scope``: the key
         (``limit_key``) whose slot it frees for the next parked job, as a retry does."""
-        call = self._settle(token, queue, scope)
-        return Settled(self.scripts.snooze(**call, seconds=seconds, finished_ttl=finished_ttl))
+        return self._settle("snooze", token, queue, scope, seconds=seconds, finished_ttl=finished_ttl)
 
     def release(self, token: str, queue: str, finished_ttl: int, scope: Scope | None = None) -> Settled:
         """Put a running job back at the head of its queue (of its priority) without spending an
         attempt, keeping its key's slot (``scope``: its ``limit_key``'s); a job whose cancel was
         requested is cancelled instead."""
-        return Settled(self.scripts.release(**self._settle(token, queue, scope), finished_ttl=finished_ttl))
+        return self._settle("release", token, queue, scope, finished_ttl=finished_ttl)

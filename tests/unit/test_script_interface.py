@@ -78,6 +78,23 @@ def test_a_missing_or_unknown_name_fails_with_a_message_naming_it():
         scripts.INTERFACES["pause"].pack(paused="p", field="f", by="b", why="w")
 
 
+@pytest.mark.parametrize("scope", [{"slots": "S", "limits": "{}"}, None])
+def test_a_compiled_packer_packs_what_pack_packs_with_its_fixed_names_worked_out_once(scope):
+    queues = [{"list": "q1", "wake": "w1", "name": "one"}, {"list": "q2", "wake": "w2", "name": "two"}]
+    pack = EXAMPLE.packer(leases="L", lost="X", queue=queues, limited=["k1"], home={"list": "h"})
+    queues[0]["list"] = "changed"  # the fixed names were packed when it was compiled
+    assert pack(token="t", stamp="s", scope=scope, fields=["f", "v"]) == _call(scope)
+
+
+def test_a_packer_refuses_an_unknown_name_or_a_bad_item_when_it_is_compiled():
+    with pytest.raises(TypeError, match=r"^script example: unknown why$"):
+        EXAMPLE.packer(why="w")
+    with pytest.raises(TypeError, match=r"an item of queue needs list, wake, name, got \['list'\]"):
+        EXAMPLE.packer(queue=[{"list": "q1"}])
+    with pytest.raises(TypeError, match="missing 1 required keyword-only argument: 'stamp'"):
+        EXAMPLE.packer(leases="L", lost="X", queue=[], limited=[], home="h")(token="t", scope=None, fields=[])
+
+
 def test_an_item_of_a_group_must_have_exactly_its_names():
     interface = scripts.INTERFACES["run_now"]
     with pytest.raises(TypeError, match=r"script run_now: an item of queue needs list, .*got \['list'\]"):

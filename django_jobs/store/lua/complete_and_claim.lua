@@ -1,5 +1,5 @@
--- Finish the previous job (done: its hash, token and result; done_queue: its queue; scope: its key's,
--- if it has limit_key), then claim the next one from the queues (queue(n): its keys, name, and
+-- Finish the previous job (done: its hash, wip set, token and result; scope: its key's, if it has
+-- limit_key, and done_queue: its queue, where its key's next job goes), then claim the next one from the queues (queue(n): its keys, name, and
 -- whether its high set may hold jobs), in priority order. Names: the interface in scripts.py.
 -- limits: JSON {job name or alias: {concurrency, rate, period (0: no such limit), rate_prefix, slots:
 -- the number in limited() of its type's slots (0: none), and for a name with limit_key: slots_prefix
@@ -17,28 +17,20 @@
 -- set the worker found empty ('0') is asked after the list, so a plain claim runs no extra command.
 -- Nothing after the pop may raise unless it first puts the id back (put_back): a script error would
 -- otherwise leave the popped id nowhere.
--- A popped job meets the gates (lua/gates/, in the order of scripts.GATES), then gets its lease.
+-- A popped job meets the gates (lua/gates/, in the order of scripts.GATES), then gets its lease. A plain
+-- job (no expiry, no limits) meets none: every function and table a script makes costs on each call
+-- (a function the more, the more locals it captures), so the gates, and the table of the job they look
+-- at, are made only by a claim that pops a job with an expiry or limits, and the lease is inline.
 -- Returns {finished_ok, expired, queue number, id, token, fields} (fields as they were before the
 -- claim), {finished_ok, expired, 'deferred'} after a batch of jobs the gates stopped, or
 -- {finished_ok, expired}; expired is {queue number, id, fields, ...} of each job it dropped because it
 -- expired, or false (nil to the caller) when none did.
 ${NOW}
--- The functions of limits per key (fair.lua, and ready.lua's they use), made only once a claim or a
--- completion needs them, so that a plain job's claim does not pay for making them.
-local made
-local function fair()
-  if not made then
-${READY}
-${FAIR}
-    made = {live = live, park = park, next_turn = next_turn, key_of = key_of, before = before}
-  end
-  return made
-end
-
+${FAIR_MADE}
 local finished = 0
 if done and redis.call('ZREM', leases, done.token) == 1 then
   finished = 1
-  redis.call('ZREM', done_queue.wip, done.token)
+  redis.call('ZREM', done.wip, done.token)
   redis.call('HSET', done.hash, '${F_STATUS}', '${FINISHED}', '${F_ENDED_AT}', stamp)
   if done.result ~= '' then redis.call('HSET', done.hash, '${F_RESULT}', done.result) end
   redis.call('EXPIRE', done.hash, finished_ttl)
@@ -48,14 +40,6 @@ if done and redis.call('ZREM', leases, done.token) == 1 then
 end
 local limited_by = limits ~= '{}' and cjson.decode(limits)  -- the plain path: nothing to decode
 local expired = false  -- a table once a job expired: the plain path builds none
--- How many jobs the gates stopped, by what they did to them.
-local stops = {${STOP_DROPPED} = 0, ${STOP_PARKED} = 0, ${STOP_DEFERRED} = 0}
-
--- The limits of a job by its stored name: ours is the bare name, RQ's is the call 'name(args...)'.
-local function limit_of(name)
-  if not limited_by then return nil end
-  return limited_by[name] or limited_by[string.match(name, '^[^(]*')]
-end
 
 -- Where the id in hand was popped from, and its score there (nil: the list), for put_back.
 local source, score
@@ -86,106 +70,101 @@ local function put_back(id, err)
   error(err)
 end
 
--- A popped job as the gates see it: n and queue (where it was popped), id, key (its hash), fields (its
--- HGETALL), attempt, workers, expires, started (an attempt of it began once: its first start is set),
--- limit (its limits entry, or nil), pause (the entry, while its type is paused), and for a job of a
--- scope (limit_key) scope ('<canonical name>\n<key value>') and turn (set while it waits in, or was
--- woken from, its line); slots: the slots its attempt takes (its scope's or its type's), or nil.
-local function job_of(n, q, id, key, fields)
-  local job = {n = n, queue = q, id = id, key = key, fields = fields, attempt = 0}
-  local name = ''
-  for i = 1, #fields, 2 do
-    if fields[i] == '${F_ATTEMPT}' then job.attempt = tonumber(fields[i + 1]) or 0
-    elseif fields[i] == '${F_DESCRIPTION}' then name = fields[i + 1]
-    elseif fields[i] == '${F_WORKERS}' then job.workers = fields[i + 1]
-    elseif fields[i] == '${F_EXPIRES}' then job.expires = tonumber(fields[i + 1])
-    elseif fields[i] == '${F_FIRST_STARTED}' then job.started = true end
-  end
-  local limit = limit_of(name)
-  if not limit then return job end
-  job.pause = limit.paused_field and limit
-  if limit.scope then
-    local value, turn = fair().key_of(fields)
-    if not value then return job end  -- queued before its type had a key: no limit holds it
-    job.scope, job.turn, job.slots = limit.scope .. value, turn, limit.slots_prefix .. limit.scope .. value
-  elseif limit.slots > 0 then
-    job.slots = limited(limit.slots)
-  end
-  job.limit = limit
-  return job
-end
-
--- What the gates share. A woken job of a scope that will not start now (expired, or its type paused)
--- gives back the slot it held for itself (fair.lua), so maintenance's next look at its line wakes
--- the next job instead.
-local function give_back(job)
-  if job.scope and job.turn then redis.pcall('ZREM', job.slots, job.id) end
-end
-
--- Hold a job that may not start for 'wait' seconds: a job of a scope in its line, looked at again by
--- then; any other in its queue's scheduled set (spread out a little, so a batch does not come back at
--- one instant). No attempt is spent.
-local function wait_out(job, wait)
-  if job.scope then
-    fair().park(job.queue, job.scope, job.id, job.key, job.turn, now + wait)
-  else
-    redis.call('ZADD', job.queue.scheduled, now + wait + stops.${STOP_DEFERRED} * 0.01, job.id)
-    redis.call('HSET', job.key, '${F_STATUS}', '${SCHEDULED}')
-  end
-  return '${STOP_DEFERRED}'
-end
-
-${GATES}
--- The first gate that stops the job, and what it did; nil: every gate let it pass.
-local function stopped(job)
-  for i = 1, #gates do
-    local stop = gates[i](job)
-    if stop then return stop end
-  end
-end
-
--- Lease the job that passed every gate: it starts now, and takes its slot.
-local function lease(job)
-  local token = job.id .. ':' .. nonce
-  redis.call('ZADD', leases, now + tonumber(lease_seconds), token)
-  -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
-  local workers = job.workers and string.sub(job.workers .. '\n' .. worker, -4096) or worker
-  -- one HSET: on its first start it is also the first start (a key written again: harmless); a job
-  -- handed back or snoozed, its attempt given back, keeps the first start it had
-  redis.call('HSET', job.key, '${F_STATUS}', '${STARTED}', '${F_STARTED_AT}', stamp, '${F_WORKER_NAME}', worker,
-             '${F_LAST_HEARTBEAT}', stamp, '${F_ATTEMPT}', math.floor(job.attempt) + 1, '${F_WORKERS}', workers,
-             job.started and '${F_STARTED_AT}' or '${F_FIRST_STARTED}', stamp)
-  redis.pcall('ZADD', job.queue.wip, '+inf', token)  -- RQ's registry: for its tools only
-  if job.slots and job.limit.concurrency > 0 then redis.pcall('ZADD', job.slots, now, token) end
-  if job.turn then redis.pcall('HDEL', job.key, '${F_LINE}', '${F_TURN}') end  -- its turn came
-  return token
-end
-
--- The hash of a popped id: its fields, or a table with err when it is not a hash (or the id is one
--- django_jobs never makes: the id rule, JOB_ID; never run, never handed to a worker, whose reports
--- it could garble, and quarantined from its raw bytes by the dying scan).
-local function read(id, key)
-  if #id > 64 or not string.match(id, '^[A-Za-z0-9_%-]+$$') then return {err = 'id'} end
-  return redis.pcall('HGETALL', key)
-end
+-- The first gate that stops a job, and what it did (nil: every gate let it pass); and how many jobs the
+-- gates stopped, by what they did to them. Made with the gates.
+local stopped, stops
 
 for n = 1, queue_count do
   local q = queue(n)
   local id = take(q)
   while id do
     local key = prefix .. id
-    local fields = read(id, key)
+    -- the hash, or a table with err when it is not a hash (or the id is one django_jobs never makes:
+    -- the id rule, JOB_ID; never run, never handed to a worker, whose reports it could garble, and
+    -- quarantined from its raw bytes by the dying scan)
+    local sound = #id <= 64 and string.match(id, '^[A-Za-z0-9_%-]+$$')
+    local fields = sound and redis.pcall('HGETALL', key) or {err = 'id'}
     if fields.err then
       -- not a hash at all: a poison entry, dead-lettered from its raw bytes
       local added = redis.pcall('ZADD', dying, now, id)
       if type(added) == 'table' and added.err then put_back(id, added) end
     elseif #fields > 0 then
-      local job = job_of(n, q, id, key, fields)
-      local checked, stop = pcall(stopped, job)
-      if not checked then put_back(id, stop) end  -- a key a gate writes is of the wrong type
+      -- started: an attempt of it began once (its first start is set)
+      local attempt, name, workers, expires, started = 0, '', nil, nil, false
+      for i = 1, #fields, 2 do
+        if fields[i] == '${F_ATTEMPT}' then attempt = tonumber(fields[i + 1]) or 0
+        elseif fields[i] == '${F_DESCRIPTION}' then name = fields[i + 1]
+        elseif fields[i] == '${F_WORKERS}' then workers = fields[i + 1]
+        elseif fields[i] == '${F_EXPIRES}' then expires = tonumber(fields[i + 1])
+        elseif fields[i] == '${F_FIRST_STARTED}' then started = true end
+      end
+      -- its limits by its stored name: ours is the bare name, RQ's is the call 'name(args...)'
+      local limit = limited_by and (limited_by[name] or limited_by[string.match(name, '^[^(]*')])
+      local job, checked, stop = nil, true, nil
+      if expires or limit then
+        if not stopped then
+          stops = {${STOP_DROPPED} = 0, ${STOP_PARKED} = 0, ${STOP_DEFERRED} = 0}
+
+          -- A woken job of a scope that will not start now (expired, or its type paused) gives back the
+          -- slot it held for itself (fair.lua), so maintenance's next look at its line wakes the next job.
+          local function give_back(job)
+            if job.scope and job.turn then redis.pcall('ZREM', job.slots, job.id) end
+          end
+
+          -- Hold a job that may not start for 'wait' seconds: a job of a scope in its line, looked at
+          -- again by then; any other in its queue's scheduled set (spread out a little, so a batch does
+          -- not come back at one instant). No attempt is spent.
+          local function wait_out(job, wait)
+            if job.scope then
+              fair().park(job.queue, job.scope, job.id, job.key, job.turn, now + wait)
+            else
+              redis.call('ZADD', job.queue.scheduled, now + wait + stops.${STOP_DEFERRED} * 0.01, job.id)
+              redis.call('HSET', job.key, '${F_STATUS}', '${SCHEDULED}')
+            end
+            return '${STOP_DEFERRED}'
+          end
+
+${GATES}
+          stopped = function(job)
+            for i = 1, #gates do
+              local stop = gates[i](job)
+              if stop then return stop end
+            end
+          end
+        end
+        -- The job as the gates see it: n and queue (where it was popped), id, key (its hash), fields,
+        -- attempt, expires, started, limit (its limits entry, or nil), pause (the entry, while its type
+        -- is paused), and for a job of a scope (limit_key) scope ('<canonical name>\n<key value>') and
+        -- turn (set while it waits in, or was woken from, its line); slots: the slots its attempt takes
+        -- (its scope's or its type's), or nil.
+        job = {n = n, queue = q, id = id, key = key, fields = fields, attempt = attempt, expires = expires,
+               started = started, pause = limit and limit.paused_field and limit}
+        local value, turn  -- of a job of a scope; no value: queued before its type had a key, no limit holds it
+        if limit and limit.scope then value, turn = fair().key_of(fields) end
+        if value then
+          job.scope, job.turn = limit.scope .. value, turn
+          job.slots, job.limit = limit.slots_prefix .. limit.scope .. value, limit
+        elseif limit and not limit.scope then
+          job.slots, job.limit = limit.slots > 0 and limited(limit.slots) or nil, limit
+        end
+        checked, stop = pcall(stopped, job)
+        if not checked then put_back(id, stop) end  -- a key a gate writes is of the wrong type
+      end
       if not stop then
-        local leased, token = pcall(lease, job)
-        if not leased then put_back(id, token) end
+        -- the lease: it starts now, and takes its slot
+        local token = id .. ':' .. nonce
+        local added = redis.pcall('ZADD', leases, now + tonumber(lease_seconds), token)
+        if type(added) == 'table' and added.err then put_back(id, added) end
+        -- every attempt's worker, newest last (the oldest dropped past 4 kB), and the first start
+        workers = workers and string.sub(workers .. '\n' .. worker, -4096) or worker
+        -- one HSET: on its first start it is also the first start (a key written again: harmless); a job
+        -- handed back or snoozed, its attempt given back, keeps the first start it had
+        redis.call('HSET', key, '${F_STATUS}', '${STARTED}', '${F_STARTED_AT}', stamp, '${F_WORKER_NAME}', worker,
+                   '${F_LAST_HEARTBEAT}', stamp, '${F_ATTEMPT}', math.floor(attempt) + 1, '${F_WORKERS}', workers,
+                   started and '${F_STARTED_AT}' or '${F_FIRST_STARTED}', stamp)
+        redis.pcall('ZADD', q.wip, '+inf', token)  -- RQ's registry: for its tools only
+        if job and job.slots and job.limit.concurrency > 0 then redis.pcall('ZADD', job.slots, now, token) end
+        if job and job.turn then redis.pcall('HDEL', key, '${F_LINE}', '${F_TURN}') end  -- its turn came
         return {finished, expired, n, id, token, fields}
       end
       stops[stop] = stops[stop] + 1

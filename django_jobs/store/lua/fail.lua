@@ -11,38 +11,31 @@
 -- built from the prefixes in its scope's limits, on this server.
 -- Returns 0 (fenced: the token holds no lease), 1 (settled as asked) or 2 (cancelled).
 ${NOW}
-${READY}
-${FAIR}
+${FAIR_MADE}
 if redis.call('ZREM', held, token) == 0 then return 0 end
 local id = string.match(token, '^(.*):[^:]*$$')
 local limits = scope and cjson.decode(scope.limits)
-
--- A broken key of its scope must not undo the settling: maintenance wakes its line instead.
-local function freed()
-  if scope then pcall(next_turn, leases, lost, scope, limits, queue, token) end
-end
-
 redis.call('ZREM', queue.wip, token)
 if #ARGV >= fields_from then redis.call('HSET', hash, unpack(ARGV, fields_from)) end
+local settled = 1
 if mode == '${END_CANCEL}' or redis.call('HEXISTS', hash, '${F_CANCEL}') == 1 then
   redis.call('HSET', hash, '${F_STATUS}', '${CANCELED}', '${F_ENDED_AT}', stamp)
   redis.call('EXPIRE', hash, finished_ttl)
-  freed()
-  return 2
-end
-if mode == '${END_REQUEUE}' then
+  settled = 2
+elseif mode == '${END_REQUEUE}' then
   -- no backoff (its worker died): straight back to the head of its priority, not behind a backlog
   redis.call('HSET', hash, '${F_STATUS}', '${QUEUED}')
-  ready(queue, id, priority_in(hash), true)
+  fair().ready(queue, id, fair().priority_in(hash), true)
   redis.call('RPUSH', queue.wake, 1)
-  if scope then pcall(keep_turn, scope, limits, id, hash, token) end
+  if scope then pcall(fair().keep_turn, scope, limits, id, hash, token) end
+  return 1
 elseif mode == '${END_RETRY}' then
   redis.call('HSET', hash, '${F_STATUS}', '${SCHEDULED}')
   redis.call('ZADD', queue.scheduled, now + tonumber(delay), id)
-  freed()
 else
   redis.call('HSET', hash, '${F_STATUS}', '${FAILED}')
   redis.call('ZADD', dying, now, id)
-  freed()
 end
-return 1
+-- A broken key of its scope must not undo the settling: maintenance wakes its line instead.
+if scope then pcall(fair().next_turn, leases, lost, scope, limits, queue, token) end
+return settled

@@ -40,8 +40,13 @@ local function tombstone(key, by, fields)
   redis.call('EXPIRE', key, unique_ttl)
 end
 
+-- Each queue's keys by its number, made at its first job (a table a script makes costs on each call).
+local queue_of = {}
+
 for i, j in ipairs(batch) do
-  local id, q, due, debounce = j[1], queue(j[2]), tonumber(j[3]), tonumber(j[6])
+  local q = queue_of[j[2]]
+  if not q then q = queue(j[2]); queue_of[j[2]] = q end
+  local id, due, debounce = j[1], tonumber(j[3]), tonumber(j[6])
   local key = job(i)
   local skip = redis.call('EXISTS', key) == 1
   local replaced_by = nil
@@ -86,7 +91,7 @@ for i, j in ipairs(batch) do
   end
 end
 for number, n in pairs(queues) do
-  local q = queue(number)
+  local q = queue_of[number]
   redis.call('SADD', queues_set, q.list)
   local tokens = {}
   for i = 1, math.min(n, tonumber(wake_cap)) do tokens[i] = '1' end

@@ -8,12 +8,11 @@
 -- built from the prefixes in its scope's limits, on this server.
 -- Returns 0 (fenced: the token holds no lease, nothing changes), 1 (snoozed) or 2 (cancelled).
 ${NOW}
-${READY}
-${FAIR}
+${FAIR_MADE}
 if redis.call('ZREM', leases, token) == 0 then return 0 end
 redis.call('ZREM', queue.wip, token)
 if scope then  -- a broken key of its scope must not undo the snooze: maintenance wakes its line instead
-  pcall(next_turn, leases, lost, scope, cjson.decode(scope.limits), queue, token)
+  pcall(fair().next_turn, leases, lost, scope, cjson.decode(scope.limits), queue, token)
 end
 if redis.call('HEXISTS', hash, '${F_CANCEL}') == 1 then
   redis.call('HSET', hash, '${F_STATUS}', '${CANCELED}', '${F_ENDED_AT}', stamp)
