@@ -29,7 +29,6 @@ What it checks (each :class:`Problem` kind):
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -39,6 +38,7 @@ from redis.exceptions import ResponseError
 from django_jobs.store import keys
 from django_jobs.store import lifecycle as lc
 from django_jobs.store.lifecycle import F, Status, Structure
+from django_jobs.store.read import parked_pairs
 from django_jobs.store.record import split_token, text
 
 #: Members per LRANGE / ZRANGE page, and the COUNT of a SCAN step.
@@ -172,18 +172,9 @@ def _set(connection: Redis, key: str) -> set[bytes]:
 
 def _parked_set(connection: Redis) -> list[tuple[str, str]]:
     try:
-        members = _set(connection, keys.PARKED)
+        return parked_pairs(_set(connection, keys.PARKED))
     except ResponseError:  # a set of the wrong type names no parked list
         return []
-    pairs = []
-    for member in members:
-        try:
-            queue, name = json.loads(member)
-        except (ValueError, TypeError):
-            continue
-        if isinstance(queue, str) and isinstance(name, str):
-            pairs.append((queue, name))
-    return pairs
 
 
 def _read_queue(

@@ -288,7 +288,7 @@ class Reads(Part):
 
     def parked_lists(self) -> list[tuple[str, str]]:
         """(queue, job type) of each parked list that may hold jobs; garbage members are skipped."""
-        return _parked(self.connection.smembers(keys.PARKED))  # type: ignore[arg-type]
+        return parked_pairs(self.connection.smembers(keys.PARKED))  # type: ignore[arg-type]
 
     def held(self, record: JobRecord) -> bool:
         """Whether a queued job waits for a pause to be lifted: it is parked, or its queue or its job
@@ -317,7 +317,7 @@ class Reads(Part):
             pipe.hgetall(keys.PAUSED)
             pipe.smembers(keys.PARKED)
             raw, members = pipe.execute()
-        return _pauses(raw), _parked(members)
+        return _pauses(raw), parked_pairs(members)
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether the job's cancel was requested (it may be running still)."""
@@ -359,7 +359,7 @@ def _pauses(raw: dict[bytes, bytes]) -> list[Pause]:
     return sorted(pauses_of(raw).values(), key=lambda p: (p.kind, p.name))
 
 
-def _parked(members: Iterable[bytes]) -> list[tuple[str, str]]:
+def parked_pairs(members: Iterable[bytes]) -> list[tuple[str, str]]:
     """The members of the set of parked lists (JSON ``[queue, name]``, written by the claim script)
     as pairs, sorted; a member that is not one is skipped."""
     found = []
