@@ -490,14 +490,12 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
-        for _ in range(self.concurrency):
-            self._spawn()
-        self._maintain()  # after the spawn: a job enqueued now is claimed while the first pass runs
         burst = f" until no job is due within {self.burst_wait:g} s" if self.burst else ""
         where = "; ".join(
             f"{', '.join(server.queues)} on Redis {redis_location(server.connection)}"
             for server in self.servers
         )
+        # said before the spawn, so that it comes before the first job's outcome line
         logger.info(
             "runjobs (pid %d) serving %s with %d work process(es)%s",
             os.getpid(),
@@ -505,10 +503,15 @@ class Supervisor:
             self.concurrency,
             burst,
         )
+        for _ in range(self.concurrency):
+            self._spawn()
+        # the leases of the first jobs are kept and fenced from the start, not from the end of the
+        # first maintenance pass, which runs after the spawn so that a job enqueued now starts at once
         self.guard.start()
         for shard in self.shards:
             shard.heartbeat.start()
         try:
+            self._maintain()
             self._loop()
         finally:
             for shard in self.shards:
