@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Model
 
 from django_jobs.core.envelope import Envelope
 from django_jobs.models import OutboxEntry, PlainOutboxEntry
@@ -70,15 +71,21 @@ def _plain(envelope: Envelope) -> bool:
     return not any(getattr(envelope, name) for name in EXTRA)
 
 
+def columns(envelopes: Sequence[Envelope]) -> list[tuple[type[Model], list[dict[str, Any]]]]:
+    """The column values of the rows of ``envelopes``, per model, none empty: those with only the
+    common columns for :class:`PlainOutboxEntry` (the database fills in the rest), the others whole."""
+    plain = [_columns(e) for e in envelopes if _plain(e)]
+    whole = [
+        {**_columns(e), **{name: getattr(e, name) for name in EXTRA}} for e in envelopes if not _plain(e)
+    ]
+    return [(model, values) for model, values in ((PlainOutboxEntry, plain), (OutboxEntry, whole)) if values]
+
+
 def store(alias: str, envelopes: Sequence[Envelope]) -> None:
     """Write rows for ``envelopes`` now, in bulk (for the relay in ``runjobs`` to deliver if their push
-    does not happen): those with only the common columns through :class:`PlainOutboxEntry` (the
-    database fills in the rest), the others whole."""
-    plain = [e for e in envelopes if _plain(e)]
-    if plain:
-        PlainOutboxEntry.objects.using(alias).bulk_create([PlainOutboxEntry(**_columns(e)) for e in plain])
-    if len(plain) < len(envelopes):
-        OutboxEntry.objects.using(alias).bulk_create([row(e) for e in envelopes if not _plain(e)])
+    does not happen)."""
+    for model, values in columns(envelopes):
+        model._default_manager.using(alias).bulk_create([model(**v) for v in values])
 
 
 class _Transaction:

@@ -9,8 +9,8 @@
 * Pushing is idempotent: a job whose hash already exists in Redis is not pushed again.
 * Durability (``JOBS["DURABILITY"]``, per queue): a "replicated" push waits for Redis' ``WAIT``; one
   no enough replicas confirmed in time keeps an outbox row, which the relay re-pushes and prunes only
-  once replicas confirm it. A "ledger" job's row is written even outside a transaction, before the
-  push, and lives until the job has finished (see ``worker.ledger``).
+  once replicas confirm it. A "ledger" job's row is written even outside a transaction, beside the
+  push (``early_rows``), and lives until the job has run (see ``worker.ledger``).
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from django.db import DEFAULT_DB_ALIAS, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from redis.exceptions import RedisError
 
-from django_jobs.client import outbox
+from django_jobs.client import early_rows, outbox
 from django_jobs.conf import LEDGER, REPLICATED, jobs_settings
 from django_jobs.core.connections import get_connection
 from django_jobs.core.envelope import Envelope
@@ -121,14 +121,32 @@ def _write_outbox(alias: str, envelopes: list[Envelope]) -> None:
 def _push_or_store(envelopes: list[Envelope], alias: str) -> None:
     """Push now; the outbox keeps what Redis did not take or replicas did not confirm.
 
-    A ledger job's row is written first, so a push acknowledged and then lost in a failover still
-    has its row: that is the point of the level, and it costs one INSERT per call.
+    A ledger job's row is written beside the push (``early_rows``), so a push acknowledged and then
+    lost in a failover still has its row: once both answered, the job is lost only if Redis and the
+    database lose it together. If the database fails but Redis took the job, the enqueue succeeds,
+    logged (that job is then as safe as a "fast" one); if both fail, it raises.
     """
     kept = ledger(envelopes)
-    if kept:
-        outbox.store(alias, kept)
+    unwritten: DatabaseError | None = None
+    pending: early_rows.Pending | None = None
+    try:
+        pending = early_rows.send(alias, kept) if kept else None
+    except DatabaseError as exc:
+        unwritten = exc
     pushed = push(envelopes)
+    try:
+        if pending is not None:
+            pending.wait()
+    except DatabaseError as exc:
+        unwritten = exc
     ids = {e.id for e in kept}
+    if unwritten is not None:
+        if any(e.id in ids for e in pushed.failed):
+            raise unwritten  # neither Redis nor the database holds those jobs
+        logger.warning(
+            "%d ledger row(s) could not be written (%s); their jobs are in Redis, not in the database.",
+            len(kept), unwritten,
+        )  # fmt: skip
     waiting = pushed.unconfirmed + [e for e in pushed.failed if e.id not in ids]
     if pushed.error is not None:
         logger.warning(
