@@ -84,10 +84,10 @@ class JobsSettings:
     # runjobs refuses to start on a Redis that evicts keys when full (maxmemory-policy other than
     # noeviction, with maxmemory set): evicted jobs vanish. True starts it anyway, with a warning.
     ALLOW_EVICTION: bool = False
-    # The durability level of each queue's enqueues ("fast", "replicated" or "ledger"); queues not
-    # listed get DEFAULT_DURABILITY. See README "Durability".
+    # The durability level of each queue's enqueues ("ledger", "replicated" or "fast"); queues not
+    # listed get DEFAULT_DURABILITY. "ledger" loses nothing Redis loses alone. See README "Durability".
     DURABILITY: dict[str, str] = field(default_factory=dict)
-    DEFAULT_DURABILITY: str = FAST
+    DEFAULT_DURABILITY: str = LEDGER
     # "replicated": a push returns once Redis' WAIT confirms this many replicas have it ...
     REPLICAS: int = 1
     # ... or after this many seconds (at most MAX_REPLICA_TIMEOUT, below REDIS_SOCKET_TIMEOUT); then the
@@ -371,7 +371,7 @@ def _durability_problems(given: dict[str, Any]) -> list[Problem]:
         if level not in LEVELS
     ]
     found += _choice_problem(given, "DEFAULT_DURABILITY", LEVELS, Problem("django_jobs.E015", "", hint))
-    used = REPLICATED in (given.get("DEFAULT_DURABILITY", FAST), *levels.values())
+    used = REPLICATED in (given.get("DEFAULT_DURABILITY", DEFAULTS["DEFAULT_DURABILITY"]), *levels.values())
     timeout, socket_timeout = (given.get(k, DEFAULTS[k]) for k in ("REPLICA_TIMEOUT", "REDIS_SOCKET_TIMEOUT"))
     numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (timeout, socket_timeout))
     if used and numbers and not timeout < min(socket_timeout, MAX_REPLICA_TIMEOUT + 1e-9):

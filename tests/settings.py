@@ -102,12 +102,13 @@ JOBS = {
     # Periodic jobs are off unless a test switches them on (through its runjobs' environment).
     "CRON": json.loads(os.environ.get("JOBS_TEST_CRON", '{"tests.hourly": null}')),
     "ALLOW_EVICTION": os.environ.get("JOBS_TEST_ALLOW_EVICTION") == "1",
-    "DEFAULT_DURABILITY": os.environ.get("JOBS_TEST_DURABILITY", "fast"),
     "LEDGER_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_LEDGER_SWEEP", "10")),
     "BATCH_SWEEP_INTERVAL": float(os.environ.get("JOBS_TEST_BATCH_SWEEP", "10")),
     "FINISHED_TTL": int(os.environ.get("JOBS_TEST_FINISHED_TTL", "3600")),
     "REPLICA_TIMEOUT": float(os.environ.get("JOBS_TEST_REPLICA_TIMEOUT", "0.5")),
 }
+if os.environ.get("JOBS_TEST_DURABILITY"):  # unset: the tests run at the package's default level
+    JOBS["DEFAULT_DURABILITY"] = os.environ["JOBS_TEST_DURABILITY"]
 # Django's Tasks framework: django.tasks on Django 6.0; on 5.2 the django_tasks backport, when installed.
 _TASKS_FRAMEWORK = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
 if _TASKS_FRAMEWORK == "django_tasks" and find_spec("django_tasks"):
