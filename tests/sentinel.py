@@ -99,6 +99,35 @@ class LaggingLink:
             sock.close()
 
 
+class Switch:
+    """When (``time.time()``) the first sentinel named the replica as primary: the earliest moment a
+    Sentinel client can find the new primary. Polled every 10 ms, for at most ``timeout`` seconds."""
+
+    def __init__(self, sentinel_ports: list[int], replica_port: int, timeout: float) -> None:
+        self.at: float | None = None
+        clients = [redis.Redis(port=port, socket_timeout=1) for port in sentinel_ports]
+        watch = (clients, replica_port, timeout)
+        self._thread = threading.Thread(target=self._watch, args=watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self, clients: list[redis.Redis], replica_port: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.at is None:
+            for client in clients:
+                with contextlib.suppress(redis.RedisError):
+                    if int(client.sentinel_get_master_addr_by_name(MASTER_NAME)[1]) == replica_port:
+                        self.at = time.time()
+            time.sleep(0.01)
+        for client in clients:
+            client.close()
+
+    def wait(self) -> float:
+        self._thread.join()
+        if self.at is None:
+            raise AssertionError("no sentinel named the replica as primary")
+        return self.at
+
+
 class SentinelSetup:
     """Primary, lagging replica and three sentinels; :meth:`kill_primary` starts a failover."""
 
@@ -186,6 +215,10 @@ class SentinelSetup:
         self._wait(lambda: all(self._names_replica(p) for p in self.sentinel_ports), timeout)
         self._wait(lambda: self.client(self.replica_port).info("replication")["role"] == "master", timeout)
         return time.monotonic()
+
+    def watch_switch(self, timeout: float = 30) -> Switch:
+        """Start watching, from a thread, for the first sentinel to name the replica as primary."""
+        return Switch(self.sentinel_ports, self.replica_port, timeout)
 
     def _names_replica(self, port: int) -> bool:
         with contextlib.suppress(redis.RedisError):

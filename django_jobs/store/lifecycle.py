@@ -71,6 +71,7 @@ class F:
     LINE = "dj_line"  #: the scope of the key line it waits in, or whose turn it holds
     TURN = "dj_turn"  #: its place in that line (microseconds; 0: the front)
     OUTBOX_OPTIONS = "dj_outbox_options"  #: a quarantined outbox row's options, in its dead letter's snapshot
+    LEDGER = "dj_ledger"  #: pushed with a ledger row ("ledger" queues): once that row is gone, the job ran
 
 
 class Kind(enum.StrEnum):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django_jobs.store import keys
 from django_jobs.store.interface import Packer
+from django_jobs.store.lifecycle import F
 from django_jobs.store.model import Pushable
 from django_jobs.store.record import text
 from django_jobs.store.scripts import INTERFACES, Part, queue_keys
@@ -19,15 +20,19 @@ WAKE_CAP = 64
 UNIQUE_TTL = 7 * 24 * 3600
 
 
-def push_calls(batch: Sequence[Pushable], chunk: int = 500) -> list[tuple[list[Any], list[Any]]]:
-    """The push script's calls for ``batch``: KEYS and ARGV per chunk of jobs."""
-    return [_push_call(batch[start : start + chunk]) for start in range(0, len(batch), chunk)]
+def push_calls(
+    batch: Sequence[Pushable], chunk: int = 500, extra: Mapping[str, Any] | None = None
+) -> list[tuple[list[Any], list[Any]]]:
+    """The push script's calls for ``batch``: KEYS and ARGV per chunk of jobs; ``extra``: fields
+    every job's hash gets besides its own."""
+    return [_push_call(batch[start : start + chunk], extra) for start in range(0, len(batch), chunk)]
 
 
-def _push_call(jobs: Sequence[Pushable]) -> tuple[list[Any], list[Any]]:
+def _push_call(jobs: Sequence[Pushable], extra: Mapping[str, Any] | None) -> tuple[list[Any], list[Any]]:
     """One push: each queue named once (a job says its queue's number), each job's hash, each marker."""
     number: dict[str, int] = {}
     hashes, markers, batch = [], [], []
+    added = [item for pair in extra.items() for item in pair] if extra else []
     for j in jobs:
         if j.queue not in number:
             number[j.queue] = len(number) + 1
@@ -36,7 +41,7 @@ def _push_call(jobs: Sequence[Pushable]) -> tuple[list[Any], list[Any]]:
         if j.unique_key:
             markers.append(keys.unique_key(j.unique_key))
             marker = len(markers)
-        fields = [item for pair in j.fields().items() for item in pair]
+        fields = [item for pair in j.fields().items() for item in pair] + added
         batch.append([j.id, number[j.queue], j.due, fields, marker, j.debounce, j.priority])
     queues = [queue_keys(queue) for queue in number]
     return _packer()(queue=queues, job=hashes, marker=markers, jobs=json.dumps(batch))
@@ -57,9 +62,12 @@ def _packer() -> Packer:
 class Pushing(Part):
     """The push."""
 
-    def push(self, jobs: Iterable[Pushable], chunk: int = 500) -> set[str]:
-        """Push jobs in one round trip; returns the ids not pushed (already there, or unique duplicates)."""
-        calls = push_calls(list(jobs), chunk)
+    def push(
+        self, jobs: Iterable[Pushable], chunk: int = 500, extra: Mapping[str, Any] | None = None
+    ) -> set[str]:
+        """Push jobs in one round trip; returns the ids not pushed (already there, or unique duplicates).
+        ``extra``: fields every job's hash gets besides its own (``F.LEDGER``)."""
+        calls = push_calls(list(jobs), chunk, extra)
         seen: set[str] = set()
         if not calls:
             return seen
@@ -74,3 +82,11 @@ class Pushing(Part):
         for result in results:
             seen.update(text(x) for x in result)
         return seen
+
+    def unmark_ledger(self, ids: Iterable[str]) -> None:
+        """These jobs were pushed with ``F.LEDGER`` but their ledger row was never written: take the mark
+        back, so that no one takes the missing row for the trace of a job that ran."""
+        with self.connection.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hdel(keys.job_key(job_id), F.LEDGER)
+            pipe.execute()

@@ -2,7 +2,8 @@
 
 It tells the supervisor over a pipe which job it is running and until when, so the supervisor can
 extend the lease while it runs and hard-kill it if it overruns. A success is completed in the same
-round trip as the next claim.
+round trip as the next claim. For a while after a Redis failover, a job that already ran is ended
+without running again (``rerun``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from django_jobs.core.outcomes import AttemptEnded
 from django_jobs.flow.pausing import Held, Plan
 from django_jobs.store import Claimed, Finished, Store, wake_key
 from django_jobs.telemetry import stats
+from django_jobs.worker import rerun
 from django_jobs.worker.guard import ClaimBoard
 from django_jobs.worker.protocol import WIRE, Mark, encode_started
 from django_jobs.worker.servers import IDLE_WAIT, Reach, Server, soonest_retry, wait_any
@@ -69,10 +71,11 @@ class Served:
         return self.reach.server.queues
 
     @classmethod
-    def of(cls, server: Server) -> Served:
-        """A server as a work process serves it; the registry must be complete (Django set up)."""
+    def of(cls, server: Server, on_change: Callable[[bool], None] | None = None) -> Served:
+        """A server as a work process serves it; the registry must be complete (Django set up).
+        ``on_change(up)``: hears when the server stops or starts answering again."""
         store = Store.of(server.connection)
-        return cls(store, Reach(server), Held(store, server.queues))
+        return cls(store, Reach(server, on_change), Held(store, server.queues))
 
     def unpaused(self) -> list[str]:
         """Its queues a claim asks, in order: the paused ones are left out."""
@@ -96,6 +99,7 @@ class WorkProcess:
     burst_wait: float = BURST_WAIT
     stopping: bool = False
     board: ClaimBoard | None = None  # where the lease guard reads the running attempt's claim time
+    window: rerun.Window | None = None  # while open, a "ledger" job is looked up before it runs
     _on_term: Callable[[int, object], None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -128,7 +132,7 @@ class WorkProcess:
 
     def run(self) -> int:
         execution.keep_alarm()  # install_signals runs before the first job and after each one
-        served = [Served.of(server) for server in self.servers]
+        served = [Served.of(server, self._answers) for server in self.servers]
         self._warm_up(served)
         by_queue = {queue: one for one in served for queue in one.queues}
 
@@ -149,11 +153,35 @@ class WorkProcess:
                     return RECYCLED if self.max_jobs and done >= self.max_jobs else 0
                 continue
             one, claimed = got
+            if self._ran_before(one, claimed):
+                continue
             one.finished = self._attempt(one.store, claimed, sent)
             done += 1
             stats.flush(where)
             if self.max_jobs and done >= self.max_jobs:
                 self.stopping = True
+
+    def _answers(self, up: bool) -> None:
+        """A server answers again after failing: it may be another one now (a failover), holding jobs
+        that already ran."""
+        if up and self.window is not None:
+            self.window.open()
+
+    def _ran_before(self, one: Served, claimed: Claimed) -> bool:
+        """While the window is open: whether the job already ran (``rerun``); if so, it is ended here
+        without running. If that fails, its lease expires and whoever claims it next looks again."""
+        if self.window is None or not self.window.is_open():
+            return False
+        ended = rerun.already_ran(claimed)
+        if ended is None:
+            return False
+        try:
+            rerun.end(one.store, claimed, ended)
+        except RedisError as exc:
+            one.reach.failed(exc)
+        except DatabaseError as exc:
+            logger.warning("Could not end job %s, which already ran (%s).", claimed.id, exc)
+        return True
 
     @staticmethod
     def _warm_up(served: Sequence[Served]) -> None:

@@ -3,8 +3,10 @@ so a server that is down (or frozen) costs only its own queues.
 
 :class:`Reach` is one process's view of one server. After a failure the server is left alone and
 asked again only by a probe (a PING on a client with short timeouts), after a backoff that doubles up
-to ``MAX_BACKOFF``: a refused connection costs nothing, a frozen server at most ``PROBE_TIMEOUT`` per
-probe. A success resets the backoff.
+to ``MAX_BACKOFF`` for a server that timed out (a frozen one costs at most ``PROBE_TIMEOUT`` per
+probe) and up to ``REFUSED_BACKOFF`` for one that refused (a dead primary, no primary yet): such a
+probe costs next to nothing, and the first one after a Sentinel failover finds the new primary within
+that much. A success resets the backoff.
 
 :func:`wait_any` is the idle wait of a work process whose queues live on several servers. BLPOP
 cannot span servers, so it sends one BLPOP per server, each on a connection of its own, and waits
@@ -32,9 +34,11 @@ from django_jobs.telemetry.logs import server_name
 
 logger = logging.getLogger("django_jobs.worker")
 
-#: Seconds a server that failed is left alone before the first probe; doubled after each failure.
+#: Seconds a server that failed is left alone before the first probe; doubled after each failure, up
+#: to MAX_BACKOFF after a timeout and REFUSED_BACKOFF after any other failure.
 FIRST_BACKOFF = 0.1
 MAX_BACKOFF = 5.0
+REFUSED_BACKOFF = 0.25
 #: Socket and connect timeouts of a probe: a frozen server holds up the loop at most this long.
 PROBE_TIMEOUT = 0.5
 #: Seconds of an idle BLPOP, and how much later than that its reply may come before its server is
@@ -82,7 +86,7 @@ class Reach:
             self.server.probe.ping()
         except RedisError as exc:
             logger.debug("Redis %s still does not answer (%s)", self.server.name, exc)
-            self._later(now)
+            self._later(now, exc)
             return False
         logger.warning(
             "Redis %s answers again after %.1f s; its queues %s resume.",
@@ -100,7 +104,7 @@ class Reach:
     def failed(self, exc: RedisError) -> None:
         """It failed: leave it alone for the backoff (doubling), then probe it."""
         now = time.monotonic()
-        self._later(now)
+        self._later(now, exc)
         logger.warning(
             "Redis %s failed (%s); its queues %s wait, any others go on. Asking again in %.1f s.",
             self.server.name, exc, ", ".join(self.server.queues), self.retry_at - now,
@@ -110,9 +114,10 @@ class Reach:
             if self.on_change is not None:
                 self.on_change(False)
 
-    def _later(self, now: float) -> None:
+    def _later(self, now: float, exc: RedisError) -> None:
         self.retry_at = now + self.backoff
-        self.backoff = min(self.backoff * 2, MAX_BACKOFF)
+        cap = MAX_BACKOFF if isinstance(exc, TimeoutError) else REFUSED_BACKOFF
+        self.backoff = min(self.backoff * 2, cap)
 
 
 def soonest_retry(reaches: Sequence[Reach]) -> float:

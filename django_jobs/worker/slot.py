@@ -119,7 +119,7 @@ SETTLEMENTS: Mapping[State, Settlement] = {
 }
 
 # Module names for what each report costs: an enum's attribute is a slower lookup.
-_STARTED, _DONE, _CANCELLING = E.STARTED, E.DONE, S.CANCELLING
+_STARTED, _DONE, _RETURNED, _CANCELLING = E.STARTED, E.DONE, E.RETURNED, S.CANCELLING
 _EVENT_OF: Mapping[Mark, Event] = {
     Mark.RETURNED: E.RETURNED,
     Mark.RAISED: E.RAISED,
@@ -140,6 +140,7 @@ class Slot:
     attempt: Started | None = None  # set by a start report, cleared by a "done" one
     suspect: str | None = None  # the running attempt's token, if the last heartbeat found no lease
     started: list[tuple[str, str]] = field(default_factory=list)  # (job id, queue) since the last look
+    returned: list[tuple[str, str]] = field(default_factory=list)  # the same, of attempts whose code returned
     reader: Reader = field(default_factory=Reader)
 
     @property
@@ -174,8 +175,12 @@ class Slot:
             kind = type(message)
             if kind is Mark:
                 event = _EVENT_OF[message]  # type: ignore[index]
-                if self.on(event) and event is _DONE:
+                if not self.on(event):
+                    continue
+                if event is _DONE:
                     self.attempt = None
+                elif event is _RETURNED and self.attempt is not None:  # the job ran: its ledger row can go
+                    self.returned.append((split_token(self.attempt.token), self.attempt.queue))
             elif kind is Started:
                 if self.on(_STARTED):
                     self.attempt = message  # type: ignore[assignment]

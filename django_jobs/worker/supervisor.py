@@ -28,9 +28,12 @@ from django_jobs.exceptions import JobCancelled, JobTimeout, WorkerLost
 from django_jobs.store import Claimed, Finished, Settled, Store, keys, rq_timestamp, split_token
 from django_jobs.telemetry import metrics, stats
 from django_jobs.telemetry.logs import redis_location
+from django_jobs.worker.duties.base import guarded
 from django_jobs.worker.guard import ClaimBoard, Heartbeat, LeaseGuard
+from django_jobs.worker.ledger import Ledger
 from django_jobs.worker.maintenance import Maintenance
 from django_jobs.worker.process import BURST_WAIT, RECYCLED, WorkProcess, die_with_parent
+from django_jobs.worker.rerun import Window
 from django_jobs.worker.servers import Reach, Server
 from django_jobs.worker.slot import DEADLINED, STOPPABLE, Event, Settlement, Slot, State
 
@@ -47,6 +50,11 @@ MAINTAIN_EVERY = 0.05
 #: Seconds the loop lets work processes' reports pile up once one arrives: each report only moves a
 #: deadline or a lease the supervisor keeps for seconds, and each wake-up costs CPU the jobs need.
 REPORT_PAUSE = 0.02
+#: Seconds between deletions of the ledger rows of jobs whose code returned: one statement per pass,
+#: well before a failover could hand such a job out again; after a failure (the database is down),
+#: SETTLE_RAN_RETRY.
+SETTLE_RAN_EVERY = 0.1
+SETTLE_RAN_RETRY = 1.0
 
 
 @dataclass
@@ -64,6 +72,10 @@ class Shard:
     @property
     def queues(self) -> tuple[str, ...]:
         return self.server.queues
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.maintenance.ledger
 
 
 class Supervisor:
@@ -92,13 +104,16 @@ class Supervisor:
         self.hostname = socket.gethostname()
         self._next_heartbeat = 0.0
         self._maintain_at = 0.0
+        self._settle_ran_at = 0.0
         self.guard = LeaseGuard(jobs_settings.LEASE_SECONDS)
+        self.window = Window()  # shared with the work processes: look for jobs that already ran
         self.shards = [self._shard(server, lead=n == 0) for n, server in enumerate(self.servers)]
         self.shard_of = {queue: shard for shard in self.shards for queue in shard.queues}
 
     def _shard(self, server: Server, lead: bool) -> Shard:
         store = Store.of(server.connection)
         maintenance = Maintenance(store, server.queues, jobs_settings.MAINTENANCE_INTERVAL, lead=lead)
+        maintenance.ledger.on_change = self.window.open
         heartbeat = Heartbeat(store, self.guard, jobs_settings.LEASE_SECONDS)
         reach = Reach(server, functools.partial(metrics.redis_up, server.name))
         return Shard(server, store, maintenance, heartbeat, reach)
@@ -145,6 +160,7 @@ class Supervisor:
                     burst_wait=self.burst_wait,
                     max_jobs=self.max_jobs,
                     board=board,
+                    window=self.window,
                 )
                 work.install_signals()
                 code = work.run()
@@ -195,6 +211,7 @@ class Supervisor:
                 continue
             metrics.retire(pid)
             self._drain(slot)
+            self._note_started([slot])  # its last reports
             os.close(slot.fd)
             self._unregister(slot)
             code = os.waitstatus_to_exitcode(status)
@@ -352,15 +369,28 @@ class Supervisor:
                 metrics.fenced(slot.queue or "", "lease_gone")
             slot.suspect = slot.token if missing else None
 
-    def _note_started(self) -> None:
-        """Hand the attempts that started to the ledger, which settles their rows once they finish."""
-        started = [pair for slot in self.slots.values() for pair in slot.started]
-        if not started:
+    def _note_started(self, slots: Collection[Slot] | None = None) -> None:
+        """Hand the attempts that started to the ledger, which settles their rows once they finish, and
+        those whose code returned, whose rows it deletes at once. ``slots``: all of them by default."""
+        slots = self.slots.values() if slots is None else slots
+        started = [pair for slot in slots for pair in slot.started]
+        returned = [pair for slot in slots for pair in slot.returned]
+        if not (started or returned):
             return
-        for slot in self.slots.values():
+        for slot in slots:
             slot.started.clear()
+            slot.returned.clear()
         for shard in self.shards:
-            shard.maintenance.ledger.saw(pair for pair in started if pair[1] in shard.queues)
+            shard.ledger.saw(pair for pair in started if pair[1] in shard.queues)
+            shard.ledger.ran(pair for pair in returned if pair[1] in shard.queues)
+
+    def _settle_ran(self, now: float) -> None:
+        """Delete the ledger rows of jobs whose code returned: the database alone, so Redis being down
+        (a failover under way) holds nothing up."""
+        if now < self._settle_ran_at:
+            return
+        failed = [guarded("Settling ledger rows", shard.ledger.settle_ran) for shard in self.shards]
+        self._settle_ran_at = now + (SETTLE_RAN_RETRY if any(failed) else SETTLE_RAN_EVERY)
 
     def _note_cancels(self, requested: set[str]) -> None:
         """Start the grace of each running attempt a heartbeat found asked to stop."""
@@ -479,6 +509,7 @@ class Supervisor:
             self._reap_children()
             self.guard.retain(self.slots.keys())  # forget the exited ones
             now = time.monotonic()
+            self._settle_ran(now)
             if not self.stopping:
                 self._respawn_due(now)
             self._enforce(now)

@@ -29,6 +29,7 @@ from django_jobs.conf import LEDGER, REPLICATED, jobs_settings
 from django_jobs.core.connections import get_connection
 from django_jobs.core.envelope import Envelope
 from django_jobs.store import Store
+from django_jobs.store.lifecycle import F
 from django_jobs.store.replication import push_confirmed
 from django_jobs.telemetry import metrics
 
@@ -67,11 +68,17 @@ def push(envelopes: Sequence[Envelope], *, confirm: bool = True) -> Pushed:
     return Pushed(seen, unconfirmed, failed, error)
 
 
+#: What a "ledger" job's hash carries: its row was written with (or before) the push, so a job whose
+#: row is gone has run (see ``worker.rerun``).
+LEDGER_MARK = {F.LEDGER: 1}
+
+
 def _push_queue(queue: str, group: list[Envelope], unconfirmed: list[Envelope], confirm: bool) -> set[str]:
     """Push one queue's envelopes at its level; adds those replicas did not confirm to ``unconfirmed``."""
     store = Store.of(get_connection(queue))
-    if not confirm or jobs_settings.durability(queue) != REPLICATED:
-        return store.push(group)
+    level = jobs_settings.durability(queue)
+    if not confirm or level != REPLICATED:
+        return store.push(group, extra=LEDGER_MARK if level == LEDGER else None)
     confirmed = push_confirmed(store, group, jobs_settings.REPLICAS, jobs_settings.REPLICA_TIMEOUT)
     if confirmed.replicas < jobs_settings.REPLICAS:
         unconfirmed += group
@@ -82,6 +89,20 @@ def _push_queue(queue: str, group: list[Envelope], unconfirmed: list[Envelope], 
             len(group), queue, confirmed.replicas, jobs_settings.REPLICAS, jobs_settings.REPLICA_TIMEOUT,
         )  # fmt: skip
     return confirmed.seen
+
+
+def _unmark(envelopes: Sequence[Envelope]) -> None:
+    """Take ``F.LEDGER`` back from jobs pushed without their row: a missing row must not pass for the
+    trace of a job that ran. If Redis fails now, the job may be taken for one that ran once a failover
+    has made its worker look for the row: logged, as the missing row is."""
+    by_queue: dict[str, list[str]] = {}
+    for envelope in envelopes:
+        by_queue.setdefault(envelope.queue, []).append(envelope.id)
+    for queue, ids in by_queue.items():
+        try:
+            Store.of(get_connection(queue)).unmark_ledger(ids)
+        except RedisError as exc:
+            logger.warning("Could not unmark %d job(s) pushed without their ledger row (%s).", len(ids), exc)
 
 
 def ledger(envelopes: Sequence[Envelope]) -> list[Envelope]:
@@ -147,6 +168,7 @@ def _push_or_store(envelopes: list[Envelope], alias: str) -> None:
             "%d ledger row(s) could not be written (%s); their jobs are in Redis, not in the database.",
             len(kept), unwritten,
         )  # fmt: skip
+        _unmark([e for e in kept if e.id not in pushed.seen])
     waiting = pushed.unconfirmed + [e for e in pushed.failed if e.id not in ids]
     if pushed.error is not None:
         logger.warning(
