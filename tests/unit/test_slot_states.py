@@ -33,6 +33,27 @@ def test_a_plain_job_runs_returns_completes_and_goes_idle():
     assert slot.state is State.IDLE and slot.attempt is None and slot.settlement is Settlement.NOTHING
 
 
+@pytest.mark.parametrize(
+    ("reports", "returned"),
+    [
+        ((Mark.RETURNED, Mark.COMPLETING, Mark.DONE), [("job-1", "default")]),
+        ((Mark.RAISED, Mark.DONE), []),  # a failure may be retried: its ledger row stays
+        ((Mark.DONE,), []),  # nothing ran (an undecodable job, settled as it was)
+    ],
+    ids=["returned", "raised", "done"],
+)
+def test_a_returned_attempt_is_kept_for_the_ledger_and_no_other(reports, returned):
+    slot = slot_after()
+    slot.feed(b"".join(encode(report) for report in reports))
+    assert slot.returned == returned
+
+
+def test_a_return_read_after_a_kill_still_counts_as_the_job_having_run():
+    slot = slot_after(Event.OVERRAN)  # killed past its timeout; its last report was written before
+    slot.feed(encode(Mark.RETURNED))
+    assert slot.state is State.KILLED_RETURNED and slot.returned == [("job-1", "default")]
+
+
 def test_an_illegal_transition_is_refused_in_one_line_and_the_state_kept(caplog):
     slot = Slot(7, -1, "host.7")
     with caplog.at_level(logging.WARNING, logger="django_jobs.worker"):
