@@ -66,8 +66,8 @@ class Window:
 
 
 class Ended(enum.Enum):
-    FINISHED = "finished"
-    DEAD = "dead"
+    FINISHED = "succeeded"
+    DEAD = "dead-lettered"
 
 
 def already_ran(claimed: Claimed) -> Ended | None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from django_jobs import get_job
@@ -52,10 +52,25 @@ def reports() -> Iterator[int]:
     os.close(write_fd)
 
 
-def drain(reports: int, window: Window | None) -> None:
-    """A work process in burst mode, in this process: claims and runs until nothing is left."""
+def drain(reports: int, window: Window, *, count: str = "") -> int:
+    """A work process in burst mode, forked as runjobs forks it (its signal handlers stay its own):
+    it claims and runs until nothing is left. Returns its exit code or, with ``count``, how many of
+    its queries named that table."""
     servers = build_supervisor(["default"]).servers
-    WorkProcess(servers, "host.1", reports, burst=True, burst_wait=0, window=window).run()
+    connections.close_all()  # the child opens its own
+    pid = os.fork()
+    if pid == 0:
+        code = 100
+        try:
+            process = WorkProcess(servers, "host.1", reports, burst=True, burst_wait=0, window=window)
+            with CaptureQueriesContext(connection) as queries:
+                code = process.run()
+            if count:
+                code = min(sum(count in query["sql"] for query in queries.captured_queries), 99)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
 
 
 def enqueued_before(redis_db, seconds: float = 5) -> str:
@@ -137,14 +152,24 @@ def test_a_job_whose_row_the_database_refused_loses_its_mark(ledger, redis_db, c
 
 
 def test_a_job_whose_row_is_gone_within_the_window_is_finished_without_running(
-    ledger, redis_db, window, reports, caplog
+    ledger, redis_db, window, reports
 ):
     job_id = enqueued_before(redis_db)
     ran_before(job_id)
-    with caplog.at_level(logging.WARNING, "django_jobs.worker"):
-        drain(reports, window)
+    assert drain(reports, window) == 0
     assert not SideEffect.objects.exists()
     assert get_job(job_id).status == "finished"
+
+
+def test_a_job_ended_because_it_already_ran_is_logged(ledger, redis_db, window, reports, caplog):
+    job_id = enqueued_before(redis_db)
+    ran_before(job_id)
+    (server,) = build_supervisor(["default"]).servers
+    process = WorkProcess([server], "host.1", reports, window=window)
+    served = [Served.of(server)]
+    one, claimed = process._claim(served, False, "n0")
+    with caplog.at_level(logging.WARNING, "django_jobs.worker"):
+        assert process._ran_before(one, claimed)
     assert "already ran" in caplog.text and job_id in caplog.text
 
 
@@ -155,7 +180,7 @@ def test_a_dead_lettered_job_brought_back_ends_dying_without_running(ledger, red
         job_id=job_id, job_name="tests.record", queue="default", reason=DeadLetter.Reason.PERMANENT,
         exception="django_jobs.exceptions.PermanentError", message="voided", attempts=1,
     )  # fmt: skip
-    drain(reports, window)
+    assert drain(reports, window) == 0
     assert not SideEffect.objects.exists()
     assert [raw.decode() for raw in Store(redis_db).dying(older_than=0)] == [job_id]  # buried from there
     assert redis_db.hget(keys.job_key(job_id), F.MESSAGE) == b"voided"
@@ -169,16 +194,13 @@ def test_a_job_that_may_not_have_run_runs(ledger, settings, redis_db, window, re
     settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": "ledger"}
     if case != "its row is there":
         ran_before(job_id)
-    drain(reports, Window() if case == "window closed" else window)
+    assert drain(reports, Window() if case == "window closed" else window) == 0
     assert list(SideEffect.objects.values_list("key", flat=True)) == ["a"]
 
 
 def test_outside_the_window_a_claim_asks_the_database_nothing(ledger, redis_db, reports):
     enqueued_before(redis_db)
-    with CaptureQueriesContext(connection) as queries:
-        drain(reports, Window())
-    table = OutboxEntry._meta.db_table
-    assert not [q for q in queries.captured_queries if table in q["sql"]]
+    assert drain(reports, Window(), count=OutboxEntry._meta.db_table) == 0
     assert SideEffect.objects.count() == 1
 
 
