@@ -544,6 +544,8 @@ class Supervisor:
         try:
             self._maintain()
             self._loop()
+            self._settle_ran_at = 0.0
+            self._settle_ran(time.monotonic())  # what the last jobs' reports left, before going
         finally:
             for shard in self.shards:
                 shard.heartbeat.stop(wait=False)  # a beat blocked on a frozen Redis holds no job

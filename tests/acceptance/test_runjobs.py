@@ -12,7 +12,7 @@ from django.db import transaction
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from django_jobs.models import DeadLetter
+from django_jobs.models import DeadLetter, OutboxEntry
 from tests.conftest import wait_for
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -135,6 +135,7 @@ def test_burst_drains_the_queue_and_exits(runjobs):
     worker = runjobs("--burst", "--concurrency", "2")
     assert worker.proc.wait(60) == 0, worker.output()
     assert SideEffect.objects.count() == 30
+    assert not OutboxEntry.objects.exists()  # at "ledger", the rows of the jobs it ran went before it did
 
 
 def test_an_unknown_queue_is_a_clear_fatal_error(runjobs):
