@@ -6,8 +6,8 @@ running and finished alike.
 At the package's default durability level (the test sets none) every committed job runs at least
 once: the ledger pushes again what Redis lost, and the rows of jobs enqueued while Redis was down
 once it answers. At "fast" the jobs only Redis had are lost, measured so the hole stays in sight.
-The enqueues alternate in and out of transactions; one in ten is delayed, one in ten fails once
-before it succeeds, one in twenty is dead-lettered.
+The enqueues alternate in and out of transactions; one in five is delayed, one in five fails once
+before it succeeds, one in ten is dead-lettered, and a few come right before the fault.
 
 ``JOBS_REDIS_LOST_JOBS`` (240), ``JOBS_REDIS_LOST_ROUNDS`` (1 fault), ``JOBS_REDIS_LOST_DELAY`` (6 s,
 a delayed job's wait) and ``JOBS_CHAOS_OUTAGE_SECONDS`` (3 s down) make a long run; each run writes
@@ -42,6 +42,8 @@ pytestmark = [pytest.mark.acceptance, pytest.mark.django_db(transaction=True)]
 JOBS = int(os.environ.get("JOBS_REDIS_LOST_JOBS", "240"))
 ROUNDS = int(os.environ.get("JOBS_REDIS_LOST_ROUNDS", "1"))
 DELAY = float(os.environ.get("JOBS_REDIS_LOST_DELAY", "6"))
+#: Jobs of each round enqueued right before its fault.
+FRESH = max(5, JOBS // ROUNDS // 20)
 #: Seconds without a change after which a level that loses jobs is taken to have recovered all it will.
 QUIET = 8.0
 #: The ledger's log line of a sweep's pushes.
@@ -58,11 +60,14 @@ class Figures:
     lost: int = 0
     duplicates: int = 0  # runs beyond those a job needs (a retried job needs two)
     dead_lettered: int = 0
-    repushed: int = 0  # jobs the ledger's sweeps pushed again
+    repushed: int = 0  # pushes the ledger's sweeps logged (a job both runjobs pushed counts twice)
+    down_seconds: float = 0.0  # how long a restarted Redis was down
     enqueued_while_down: int = 0
-    at_fault: list[dict[str, int]] = field(default_factory=list)  # what each fault took
-    back_seconds: list[float | None] = field(default_factory=list)  # fault -> all it took is in Redis again
-    recovery_seconds: list[float | None] = field(default_factory=list)  # fault -> all it took has ended
+    at_fault: list[dict[str, int]] = field(default_factory=list)  # Redis at each fault, and what it took
+    # Seconds from each fault (the kill, for a restart) until every job it took...
+    back_seconds: list[float | None] = field(default_factory=list)  # ...is in Redis again or ended
+    recovery_seconds: list[float | None] = field(default_factory=list)  # ...not delayed has ended
+    ended_seconds: list[float | None] = field(default_factory=list)  # ...has ended, delayed ones when due
 
 
 class Load:
@@ -71,6 +76,7 @@ class Load:
     def __init__(self) -> None:
         self.committed: dict[str, tuple[str, int]] = {}
         self.dead: set[str] = set()
+        self.delayed: set[str] = set()
 
     def one(self) -> None:
         i = len(self.committed)
@@ -82,7 +88,10 @@ class Load:
             kind, args, needs = jobs.failover, (key, 1, 0.02), 2  # fails once, then succeeds
         else:
             kind, args, needs = jobs.failover, (key, 0, 0.02), 1
-        enqueue = kind.options(delay=DELAY).enqueue if i % 10 in (4, 5) else kind.enqueue
+        enqueue = kind.enqueue
+        if i % 10 in (4, 5):
+            enqueue = kind.options(delay=DELAY).enqueue
+            self.delayed.add(key)
         if i % 2:
             with transaction.atomic():
                 handle = enqueue(*args)
@@ -121,27 +130,33 @@ def restart_empty(server: RedisServer, load: Load, figures: Figures) -> None:
     count = max(10, JOBS // ROUNDS // 10)
     load.burst(count)
     figures.enqueued_while_down += count
+    figures.down_seconds = OUTAGE_SECONDS
     time.sleep(max(0.0, down + OUTAGE_SECONDS - time.monotonic()))
     server.start()
 
 
-def recover(load: Load, taken: set[str], fault: float, loses: bool) -> tuple[float | None, float | None]:
-    """Seconds from the fault until every job it took is in Redis again or ended, and until all have
-    ended; None for what never came (at a level that loses jobs: once nothing changed for QUIET s)."""
-    back: float | None = None
+def recover(load: Load, taken: set[str], fault: float, loses: bool) -> dict[str, float | None]:
+    """Seconds from the fault until every job it took is in Redis again or ended ("back"), until each
+    not delayed has ended ("recovery"), and until all have ("ended"); None for what never came (at a
+    level that loses jobs: once nothing changed for QUIET seconds)."""
+    times: dict[str, float | None] = dict.fromkeys(("back", "recovery", "ended"))
     last, since = len(taken), time.monotonic()
     while True:
         left = load.unended() & taken
-        if back is None:
+        now = round(time.monotonic() - fault, 2)
+        if times["back"] is None:
             statuses = results.statuses({load.committed[key][0]: "default" for key in left})
             if None not in statuses.values():
-                back = time.monotonic() - fault
+                times["back"] = now
+        if times["recovery"] is None and not left - load.delayed:
+            times["recovery"] = now
         if not left:
-            return back, time.monotonic() - fault
+            times["ended"] = now
+            return times
         if len(left) != last:
             last, since = len(left), time.monotonic()
         elif loses and time.monotonic() - since > QUIET:
-            return back, None
+            return times
         time.sleep(0.1)
 
 
@@ -161,6 +176,7 @@ def drain_through(
         wanted = len(load.committed) + JOBS // ROUNDS // 4  # ended when the fault comes
         load.burst(JOBS // ROUNDS)
         wait_for(lambda n=wanted: len(load.committed) - len(load.unended()) >= n, timeout=120)
+        load.burst(FRESH)  # committed just before the fault: their rows are younger than a second
         taken = load.unended()
         figures.at_fault.append({**converged(client), "ended": len(load.committed) - len(taken)})
         at = time.monotonic()
@@ -169,9 +185,11 @@ def drain_through(
         else:
             restart_empty(server, load, figures)
             taken = load.unended()
-        back, ended = recover(load, taken, at, loses=level == "fast")
-        figures.back_seconds.append(None if back is None else round(back, 2))
-        figures.recovery_seconds.append(None if ended is None else round(ended, 2))
+        figures.at_fault[-1]["taken"] = len(taken)
+        times = recover(load, taken, at, loses=level == "fast")
+        figures.back_seconds.append(times["back"])
+        figures.recovery_seconds.append(times["recovery"])
+        figures.ended_seconds.append(times["ended"])
     figures.jobs = len(load.committed)
     figures.lost = len(load.unended())
     figures.duplicates = load.duplicates()
