@@ -85,6 +85,13 @@ def redis_db(_redis_guard: redis.Redis) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
+def fast(settings) -> None:
+    """The "fast" durability level, for tests of what the outbox relay does at it (pushing a row its
+    commit missed, pruning delivered rows): at the default, "ledger", a row lives until its job ran."""
+    settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": "fast"}
+
+
+@pytest.fixture
 def restore_registry() -> Iterator[None]:
     """Jobs a test defines are forgotten after it, so they cannot clash or show up in checks."""
     from django_jobs.core import registry

@@ -96,6 +96,7 @@ def test_a_rolled_back_batch_never_exists(redis_db):
     assert not OutboxEntry.objects.exists() and not redis_db.keys("rq:job:*")
 
 
+@pytest.mark.usefixtures("fast")
 def test_a_batch_committed_while_redis_is_down_is_pushed_by_the_relay_and_fires(private_redis):
     private_redis.stop()
     with batch(**both()) as created:
@@ -187,6 +188,7 @@ def test_a_lost_event_only_delays_the_callback_until_the_sweep(redis_db):
     assert callbacks_ran() == [f"cb-complete|{created.pk}|failed|1|1"]
 
 
+@pytest.mark.usefixtures("fast")
 def test_the_sweep_counts_a_cancelled_waiting_member_and_one_gone_from_redis(redis_db):
     with batch(**both()) as created:
         waiting = jobs.record.enqueue_in(3600, "cancelled")
@@ -203,6 +205,7 @@ def test_the_sweep_counts_a_cancelled_waiting_member_and_one_gone_from_redis(red
     assert Batch.objects.get(pk=created.pk).status == Batch.Status.FAILED
 
 
+@pytest.mark.usefixtures("fast")
 def test_the_sweep_walks_the_pending_members_a_page_per_maintenance_pass(redis_db):
     with batch(**both()) as created:
         handles = jobs.record.enqueue_many([(f"k{i}",) for i in range(batches.PAGE + 100)])

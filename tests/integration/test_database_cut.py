@@ -65,6 +65,7 @@ def test_a_job_stopped_by_its_timeout_mid_query_leaves_no_broken_connection_behi
     assert SideEffect.objects.filter(key="next").count() == 1  # on its first attempt
 
 
+@pytest.mark.usefixtures("fast")
 def test_the_supervisor_reopens_a_connection_a_cut_broke_once_the_database_is_back(db_link, redis_db):
     connection.set_autocommit(False)  # no commit hook: only the relay delivers the row
     handle = jobs.record.enqueue("relayed")

@@ -47,6 +47,7 @@ def test_the_structure_check_alone_moves_a_broken_queue_aside(redis_db, scope):
     assert list(redis_db.scan_iter(match="djjobs:quarantine:*"))
 
 
+@pytest.mark.usefixtures("fast")
 def test_the_relay_alone_pushes_a_row_its_commit_missed(redis_db, scope):
     outbox_row("default", "missed")
     Relay(scope).run()

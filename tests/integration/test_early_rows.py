@@ -57,7 +57,7 @@ def test_the_statement_commits_asynchronously_and_debug_still_records_it(redis_d
 @postgres_only
 def test_a_row_the_database_refuses_leaves_the_job_in_redis_and_the_connection_usable(
     redis_db, caplog, monkeypatch
-):  # noqa: E501
+):
     real = early_rows._insert  # a statement the database answers with an error: a table it lacks
     monkeypatch.setattr(early_rows, "_insert", lambda *a: real(*a).replace("INTO", "INTO nowhere_"))
     with caplog.at_level(logging.WARNING, "django_jobs.enqueue"):

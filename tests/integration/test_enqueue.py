@@ -31,6 +31,7 @@ def queued(redis_db, queue="default"):
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
 
 
+@pytest.mark.usefixtures("fast")
 def test_outside_a_transaction_the_job_is_pushed_at_once_without_an_outbox_row(redis_db):
     handle = jobs.record.enqueue("now")
     assert queued(redis_db) == [handle.id]
@@ -81,6 +82,7 @@ def test_rolled_back_savepoint_drops_its_jobs_but_not_the_outer_ones(redis_db, e
     assert sorted(SideEffect.objects.values_list("key", flat=True)) == keys
 
 
+@pytest.mark.usefixtures("fast")
 def test_autocommit_off_commit_delivers_through_the_relay(redis_db):
     transaction.set_autocommit(False)
     try:
@@ -155,6 +157,7 @@ def test_unknown_queue_fails_at_enqueue_not_import(redis_db):
         jobs.record.enqueue("x")
 
 
+@pytest.mark.usefixtures("fast")
 def test_redis_down_outside_a_transaction_stores_the_job_in_the_outbox(redis_db, caplog):
     with override_settings(RQ_QUEUES={"default": DOWN}):
         handle = jobs.record.enqueue("saved")
@@ -166,6 +169,7 @@ def test_redis_down_outside_a_transaction_stores_the_job_in_the_outbox(redis_db,
     assert OutboxEntry.objects.count() == 0
 
 
+@pytest.mark.usefixtures("fast")
 def test_redis_down_at_commit_keeps_the_request_alive_and_the_relay_delivers_once(redis_db):
     with override_settings(RQ_QUEUES={"default": DOWN}), transaction.atomic():
         handles = [jobs.record.enqueue(f"k{i}") for i in range(5)]

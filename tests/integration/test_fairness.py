@@ -327,6 +327,7 @@ def test_a_job_queued_under_an_old_name_shares_its_keys_limit(redis_db):
     assert woken is not None and woken.id == new[0]
 
 
+@pytest.mark.usefixtures("fast")
 def test_the_key_travels_through_the_outbox_and_its_relay(redis_db):
     with transaction.atomic():
         committed = jobs.per_account.enqueue("A", "after commit").id

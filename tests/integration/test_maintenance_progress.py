@@ -185,6 +185,7 @@ def outbox_row(queue="default", key="k", **extra):
     return row
 
 
+@pytest.mark.usefixtures("fast")
 def test_a_row_whose_queue_was_removed_becomes_a_dead_letter_and_the_rest_are_pushed(redis_db):
     outbox_row("gone", "old")
     outbox_row("default", "new")
@@ -195,6 +196,7 @@ def test_a_row_whose_queue_was_removed_becomes_a_dead_letter_and_the_rest_are_pu
     assert not OutboxEntry.objects.exists()
 
 
+@pytest.mark.usefixtures("fast")
 def test_a_row_with_an_invalid_id_is_quarantined_under_a_surrogate(redis_db):
     outbox_row("default", "bad", id="not/valid id")
     outbox_row("default", "good")
@@ -204,6 +206,7 @@ def test_a_row_with_an_invalid_id_is_quarantined_under_a_surrogate(redis_db):
     assert not OutboxEntry.objects.exists()
 
 
+@pytest.mark.usefixtures("fast")
 def test_a_redis_that_is_down_holds_back_only_its_own_rows(redis_db, settings):
     settings.RQ_QUEUES = {**settings.RQ_QUEUES, "emails": DOWN}
     for i in range(3):
@@ -215,6 +218,7 @@ def test_a_redis_that_is_down_holds_back_only_its_own_rows(redis_db, settings):
     assert not DeadLetter.objects.exists()  # waiting, not lost
 
 
+@pytest.mark.usefixtures("fast")
 def test_a_row_that_fails_twice_the_same_way_is_quarantined_and_others_go_on(redis_db):
     redis_db.hset("djjobs:unique:report", "not", "a marker")  # the push script refuses this row
     outbox_row("emails", "unique", options={"unique_key": "report"})
@@ -256,6 +260,7 @@ def test_every_planted_item_is_settled_or_quarantined(redis_db, ids, fields, ori
     DeadLetter.objects.all().delete()
 
 
+@pytest.mark.usefixtures("fast")
 def test_a_redis_refusing_writes_keeps_rows_waiting_never_quarantined(private_redis):
     client = redis.Redis.from_url(private_redis.url)
     outbox_row("default", "full")

@@ -123,6 +123,7 @@ def test_the_relay_pushing_a_replaced_jobs_row_does_not_bring_it_back(redis_db):
 
 
 @pytest.mark.parametrize("name", ["tests.debounced", "tests.debounced_before_rename"])
+@pytest.mark.usefixtures("fast")
 def test_a_stale_row_relayed_after_its_replacement_never_runs(redis_db, name):
     stale, newer = debounced("stale", age=5, name=name), debounced("newer", age=4)
     outbox.row(stale).save()  # its on-commit push failed: only the relay can deliver it
@@ -133,6 +134,7 @@ def test_a_stale_row_relayed_after_its_replacement_never_runs(redis_db, name):
     assert ran() == ["newer"]
 
 
+@pytest.mark.usefixtures("fast")
 def test_a_stale_row_relayed_after_its_replacement_finished_never_runs(redis_db):
     stale, newer = debounced("stale", age=5), debounced("newer", age=4)
     outbox.row(stale).save()

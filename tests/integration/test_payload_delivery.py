@@ -19,6 +19,7 @@ from tests.testapp import jobs
 from tests.testapp.models import Item
 
 
+@pytest.mark.django_db  # the small one's ledger row
 def test_enqueue_refuses_a_payload_over_max_payload_bytes(redis_db):
     with override_settings(JOBS={**settings.JOBS, "MAX_PAYLOAD_BYTES": 200}):
         with pytest.raises(

@@ -139,6 +139,7 @@ def test_a_claim_that_cannot_lease_puts_a_prioritized_id_back_in_its_place(redis
     assert started() == ["a", "b"]
 
 
+@pytest.mark.usefixtures("fast")
 def test_jobs_enqueued_in_a_transaction_keep_their_priority_through_the_outbox(redis_db):
     enqueue(("before2", 2), ("before-1", -1))
     batch = [(f"t{i}:{p}", p) for i, p in enumerate([2, -1, 0, 2, 3, -1, 2, 0, -1, 3])]
@@ -153,6 +154,7 @@ def test_jobs_enqueued_in_a_transaction_keep_their_priority_through_the_outbox(r
     assert started() == expected
 
 
+@pytest.mark.usefixtures("fast")
 def test_the_relay_pushes_an_outbox_row_with_its_priority(redis_db):
     with override_settings(RQ_QUEUES={"default": DOWN}), transaction.atomic():
         enqueue(("r-1", -1), ("r0", 0), ("r2", 2))

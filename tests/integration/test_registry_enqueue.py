@@ -9,6 +9,7 @@ from django.test import override_settings
 
 from django_jobs import job
 from django_jobs.exceptions import ConfigurationError
+from django_jobs.models import OutboxEntry
 
 pytestmark = pytest.mark.usefixtures("restore_registry")
 
@@ -22,6 +23,7 @@ def test_a_plain_call_runs_inline_and_returns_the_value(redis_db):
     assert redis_db.dbsize() == 0  # a plain call is not a job
 
 
+@pytest.mark.django_db  # the configured queue's enqueue writes its ledger row
 def test_an_unknown_queue_is_fine_at_decoration_but_not_at_enqueue(redis_db):
     @job(name="unit.reg.reports", timeout=5, queue="reports")
     def build_report(report_id):
@@ -36,7 +38,7 @@ def test_an_unknown_queue_is_fine_at_decoration_but_not_at_enqueue(redis_db):
         build_report.enqueue_many([[1], [2]])
     with pytest.raises(ConfigurationError):
         build_report.enqueue_in(10, 1)
-    assert redis_db.dbsize() == 0
+    assert redis_db.dbsize() == 0 and not OutboxEntry.objects.exists()  # no row of a job never enqueued
     with override_settings(RQ_QUEUES={**settings.RQ_QUEUES, "reports": settings.RQ_QUEUES["default"]}):
         handle = build_report.enqueue(7)  # the same job works once the queue is configured
     assert handle.queue == "reports"

@@ -136,6 +136,7 @@ def test_run_jobs_runs_each_servers_queues_and_counts_each_outcome_on_its_server
         assert counted["tests.record"].hour.successes == successes
 
 
+@pytest.mark.usefixtures("fast")
 def test_an_enqueue_while_one_server_is_down_pushes_to_the_other_and_keeps_the_rest_in_the_outbox(
     redis_db, emails_redis
 ):
@@ -150,6 +151,7 @@ def test_an_enqueue_while_one_server_is_down_pushes_to_the_other_and_keeps_the_r
     # (the "default" row is the committed transaction's, pruned by the relay once its push is seen)
 
 
+@pytest.mark.usefixtures("fast")
 def test_each_servers_relay_pushes_only_its_rows_and_a_down_server_holds_back_only_its_own(
     redis_db, emails_redis
 ):

@@ -54,6 +54,7 @@ def test_a_structure_key_of_the_wrong_type_is_moved_aside_and_recorded(redis_db,
     assert key in entry.message and moved.decode() in entry.message
 
 
+@pytest.mark.usefixtures("fast")
 def test_a_job_enqueued_while_its_queue_key_is_broken_runs_once_the_key_is_moved(redis_db):
     redis_db.set(queue_key("default"), "not a list")
     handle = jobs.record.enqueue("waited")  # the push fails: the job waits in the outbox

@@ -117,6 +117,7 @@ def test_an_enqueue_in_a_transaction_keeps_the_context_through_the_outbox(spans,
     assert (span.context.trace_id, span.parent.span_id) == (origin.trace_id, origin.span_id)
 
 
+@pytest.mark.usefixtures("fast")
 def test_the_outbox_relay_delivers_the_context_of_a_push_that_failed(spans, redis_db):
     with override_settings(RQ_QUEUES={"default": DOWN}):
         job_id, origin = request("/enqueue/?key=relayed&atomic=1")

@@ -115,6 +115,7 @@ def test_a_redis_server_that_is_down_leaves_out_only_its_own_queues(redis_db, em
     assert "Gauges of queue(s) emails left out of this scrape" in caplog.text
 
 
+@pytest.mark.usefixtures("fast")
 def test_dead_letter_and_outbox_gauges():
     for _ in range(3):
         dead_letter("tests.invalid")
@@ -170,7 +171,7 @@ def test_the_cost_does_not_grow_with_queued_jobs_or_dead_letters(private_redis):
     # workers, leases, the parked lines' script...; and what is paused (the paused hash, the parked lists)
     per_server = 6 + 2
     assert sum(small[0].values()) <= 8 * queues + per_server + 3 * priorities, small[0]
-    assert small[1] == 4  # one aggregate each: dead letters, outbox, overdue periodic runs, open batches
+    assert small[1] == 5  # one aggregate each: dead letters, outbox, overdue cron runs, open batches, ledger
 
 
 def test_an_unreachable_redis_leaves_its_gauges_out_and_keeps_the_rest(redis_down, caplog):

@@ -50,8 +50,8 @@ def test_healthy_when_services_answer_every_queue_has_a_worker_and_nothing_waits
         "ok   age: emails: oldest job waited 0 s (limit 600)",
         f"ok   eviction: Redis {settings.REDIS_URL}: maxmemory-policy noeviction, no maxmemory",
         "ok   quarantine: 0 unreadable, 0 vanished",
-        "ok   durability: default: fast",
-        "ok   durability: emails: fast",
+        "ok   durability: default: ledger, 1 ledger row(s) pending, oldest due 0 s ago",
+        "ok   durability: emails: ledger, 0 ledger row(s) pending",
         "ok   replication: default, emails: master, no replica, primary last changed never",
         "ok   paused: nothing",
     ]

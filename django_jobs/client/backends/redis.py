@@ -127,6 +127,8 @@ def _push_or_store(envelopes: list[Envelope], alias: str) -> None:
     logged (that job is then as safe as a "fast" one); if both fail, it raises.
     """
     kept = ledger(envelopes)
+    for queue in {e.queue for e in kept}:
+        get_connection(queue)  # a queue missing from RQ_QUEUES fails the enqueue before its row exists
     unwritten: DatabaseError | None = None
     pending: early_rows.Pending | None = None
     try:

@@ -153,7 +153,8 @@ class Command(BaseCommand):
             detail = f"{queue}: {jobs_settings.durability(queue)}"
             state = ledger.get(queue)
             if state is not None:
-                detail += f", {state.pending} ledger row(s) pending, oldest due {state.oldest_age:.0f} s ago"
+                detail += f", {state.pending} ledger row(s) pending"
+                detail += f", oldest due {state.oldest_age:.0f} s ago" if state.pending else ""
             ok = state is None or state.oldest_age <= LEDGER_WARN_AGE
             self._warn_unless(ok, "durability", detail + ("" if ok else " (the ledger does not drain)"))
         for names, primary in durability.replication(queues):
