@@ -219,8 +219,7 @@ def test_no_committed_job_is_lost_when_redis_loses_its_data_at_the_default_level
 
 
 @pytest.mark.parametrize("fault", ["flushdb", "restart"])
-def test_fast_loses_what_only_redis_had(fault, private_redis, runjobs, settings):
+def test_fast_loses_what_only_redis_had(fault, fast, private_redis, runjobs):
     """The hole the default level closes, measured: jobs only Redis held are gone."""
-    settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": "fast"}
     figures, _ = drain_through(fault, private_redis, runjobs, {"JOBS_TEST_DURABILITY": "fast"})
     assert figures.lost > 0
