@@ -9,9 +9,11 @@ once it answers. At "fast" the jobs only Redis had are lost, measured so the hol
 The enqueues alternate in and out of transactions; one in five is delayed, one in five fails once
 before it succeeds, one in ten is dead-lettered, and a few come right before the fault.
 
-``JOBS_REDIS_LOST_JOBS`` (240), ``JOBS_REDIS_LOST_ROUNDS`` (1 fault), ``JOBS_REDIS_LOST_DELAY`` (6 s,
-a delayed job's wait) and ``JOBS_CHAOS_OUTAGE_SECONDS`` (3 s down) make a long run; each run writes
-its figures to ``var/redis-lost-<fault>-<level>-<database>.json``.
+Figures per run (printed, and written to ``var/redis-lost-<fault>-<level>-<database>.json``): jobs
+lost, runs beyond those needed, and per fault the seconds until every job it took was back in Redis,
+until those not delayed had ended, and until all had. ``JOBS_REDIS_LOST_JOBS`` (240),
+``JOBS_REDIS_LOST_ROUNDS`` (1 fault), ``JOBS_REDIS_LOST_DELAY`` (6 s, a delayed job's wait) and
+``JOBS_CHAOS_OUTAGE_SECONDS`` (3 s down) make a long run.
 """
 
 from __future__ import annotations
