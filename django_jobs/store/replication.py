@@ -81,6 +81,7 @@ class Primary:
     replicas: int  # connected replicas
     lag: float | None  # seconds since the slowest replica last acknowledged (None: no replica)
     changed_at: float | None = None  # Redis time of the last primary change seen (None: never)
+    recorded: bool = True  # whether the server holds a primary's identity (no: new, or it lost its data)
 
 
 def read_primary(connection: Redis) -> Primary:
@@ -88,8 +89,8 @@ def read_primary(connection: Redis) -> Primary:
     with connection.pipeline(transaction=False) as pipe:
         pipe.info("server")
         pipe.info("replication")
-        pipe.hget(keys.PRIMARY, "changed_at")
-        server, replication, changed_at = pipe.execute()
+        pipe.hmget(keys.PRIMARY, "changed_at", "run_id")
+        server, replication, (changed_at, recorded) = pipe.execute()
     lags = [
         float(value.get("lag", 0))
         for name, value in replication.items()
@@ -102,6 +103,7 @@ def read_primary(connection: Redis) -> Primary:
         replicas=len(lags),
         lag=max(lags) if lags else None,
         changed_at=float(changed_at) if changed_at else None,
+        recorded=recorded is not None,
     )
 
 

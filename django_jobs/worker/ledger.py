@@ -9,11 +9,13 @@ zero times.
   job back finds no row (``rerun``). For the others, once a second those jobs' statuses are read in
   one round trip and the rows of finished ones (finished, cancelled, or dead-lettered: their
   ``DeadLetter`` row exists) are deleted in bulk. The work process's hot path pays nothing.
-* Sweeping: every ``LEDGER_SWEEP_INTERVAL`` seconds, at once when the Redis primary changed (another
-  ``run_id`` or replication id: a failover or a restart), and when Redis answers again after an
-  outage, every pending row older than a second is checked: O(pending rows), never O(history). A
-  row whose job is gone from Redis is pushed again; one whose job finished is deleted. A sweep that
-  took long pushes the next one back, so reconciling never takes more than a tenth of the time.
+* Sweeping: every ``LEDGER_SWEEP_INTERVAL`` seconds, every pending row older than a second is
+  checked: O(pending rows), never O(history). A row whose job is gone from Redis is pushed again; one
+  whose job finished is deleted. A sweep that took long pushes the next one back, so reconciling
+  never takes more than a tenth of the time. A sweep comes at once, and takes the fresh rows too
+  (their pushes may be lost as well), when the Redis primary changed (another ``run_id`` or
+  replication id: a failover or a restart), when its record of the primary is gone (its data was
+  flushed, which keeps the identity), and when Redis answers again after an outage.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class Ledger:
         self.identity: tuple[str, str] | None = None
         self.reachable = True
         self.sweep_at = 0.0  # monotonic; 0: as soon as possible
+        self.sweep_fresh = False  # whether the next sweep takes rows younger than a second too
 
     def saw(self, started: Iterable[tuple[str, str]]) -> None:
         """Attempts of these (job id, queue) started here: settle their rows once the jobs have finished
@@ -134,7 +137,7 @@ class Ledger:
     # --- the primary and the sweep ---------------------------------------------------------------
 
     def watch_primary(self) -> None:
-        """Sweep soon when this runjobs' Redis is another server, lost its data, or is back."""
+        """Sweep now when this runjobs' Redis is another server, lost its data, or is back."""
         try:
             primary = read_primary(self.store.connection)
             changed, _ = note_primary(self.store.connection, primary)
@@ -147,28 +150,41 @@ class Ledger:
                 "Redis primary changed (run_id %s, replication id %s): reconciling the ledger now.",
                 primary.run_id, primary.replid,
             )  # fmt: skip
-            self.sweep_at = 0.0
-            self.on_change()
+            self._sweep_now()
+        elif self.identity is not None and not primary.recorded:
+            logger.warning(
+                "Redis lost its data (its record of the primary is gone): reconciling the ledger now."
+            )
+            self._sweep_now()
         elif not self.reachable:
-            self.sweep_at = 0.0  # rows committed while it was down were not pushed
-            self.on_change()
+            self._sweep_now()  # rows committed while it was down were not pushed
         self.identity, self.reachable = identity, True
+
+    def _sweep_now(self) -> None:
+        """Sweep at the next turn, rows of the last second too: Redis may have lost their pushes (and
+        may hand out again jobs that already ran: ``on_change`` hears of it)."""
+        self.sweep_at, self.sweep_fresh = 0.0, True
+        self.on_change()
 
     def sweep_if_due(self) -> None:
         now = time.monotonic()
         if now < self.sweep_at:
             return
         self.sweep_at = now + jobs_settings.LEDGER_SWEEP_INTERVAL  # a failing sweep waits its turn too
-        self.sweep()
+        fresh, self.sweep_fresh = self.sweep_fresh, False
+        self.sweep(fresh)
         took = time.monotonic() - now
         self.sweep_at = now + max(jobs_settings.LEDGER_SWEEP_INTERVAL, SWEEP_DUTY * took)
 
-    def sweep(self) -> None:
-        """Reconcile every pending ledger row of this server's queues older than a second with Redis."""
+    def sweep(self, fresh: bool = False) -> None:
+        """Reconcile every pending ledger row of this server's queues older than a second (``fresh``:
+        every one) with Redis."""
         queues = [queue for queue in ledger_queues() if self.owns(queue)]
         if not queues:
             return
-        cutoff = timezone.now() - dt.timedelta(seconds=1)  # fresh rows are still being pushed
+        # Fresh rows are still being pushed: pushing one again is harmless (a push of a job Redis
+        # holds does nothing), only wasted while Redis lost nothing.
+        cutoff = timezone.now() - dt.timedelta(seconds=0 if fresh else 1)
         for alias in outbox_aliases():
             self._sweep(alias, queues, cutoff)
 

@@ -140,6 +140,22 @@ def test_a_primary_change_is_recorded_once_and_brings_the_sweep_forward(ledger, 
     assert redis_db.hget(keys.PRIMARY, "changed_at") == changed
 
 
+def test_a_flushed_redis_is_swept_at_once_and_the_sweep_takes_fresh_rows_too(ledger, redis_db):
+    """FLUSHDB keeps the server's run_id and replication id: the record of the primary going with the
+    data is what tells of the loss. The jobs committed in the last second were lost too."""
+    work = maintenance(redis_db)
+    work.ledger.watch_primary()
+    work.ledger.sweep_if_due()  # the sweep at start; the next one is LEDGER_SWEEP_INTERVAL away
+    handle = jobs.record.enqueue("flushed")
+    work.ledger.watch_primary()
+    assert work.ledger.sweep_at > 0.0  # nothing happened: no sweep brought forward
+    redis_db.flushdb()
+    work.ledger.watch_primary()
+    work.ledger.sweep_if_due()
+    assert redis_db.lrange(keys.queue_key("default"), 0, -1) == [handle.id.encode()]
+    assert run_jobs() == 1 and list(SideEffect.objects.values_list("key", flat=True)) == ["flushed"]
+
+
 def test_a_replicated_push_no_replica_confirms_keeps_its_row_and_returns_in_time(settings, redis_db):
     settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": "replicated", "REPLICA_TIMEOUT": 0.05}
     before = metrics.UNREPLICATED.labels("default")._value.get()
