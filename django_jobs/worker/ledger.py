@@ -74,6 +74,7 @@ class Ledger:
         self.store, self.relay, self.owns = store, relay, owns
         self.watched: dict[str, str] = {}  # job id -> queue, of attempts started under this runjobs
         self.returned: dict[str, str] = {}  # job id -> queue, of attempts whose code returned here
+        self.raised: dict[str, str] = {}  # job id -> queue, of attempts whose code raised here, settled
         self.started: set[str] = set()  # ids of "replicated" jobs that started here since the last settling
         self.on_change: Callable[[], None] = lambda: None  # hears that the primary changed or is back
         self.identity: tuple[str, str] | None = None
@@ -93,25 +94,35 @@ class Ledger:
             elif level == REPLICATED:
                 self.started.add(job_id)
 
-    def ran(self, returned: Iterable[tuple[str, str]]) -> None:
-        """The code of these (job id, queue) attempts returned here: their jobs ran, whatever Redis says
-        (or loses) next, so their rows go at the next :meth:`settle_ran`, with no status read."""
+    def ran(self, returned: Iterable[tuple[str, str]], raised: Iterable[tuple[str, str]] = ()) -> None:
+        """The code of the ``returned`` (job id, queue) attempts returned here: their jobs ran, whatever
+        Redis says (or loses) next, so their rows go at the next :meth:`settle_ran`, with no status read.
+        The code of the ``raised`` ones raised, and their failure is settled: the rows of those that
+        are dead-lettered go then too."""
         current = conf.current()
         for job_id, queue in returned:
             if current.durability(queue) == LEDGER:
                 self.watched.pop(job_id, None)
                 _remember(self.returned, job_id, queue)
+        for job_id, queue in raised:
+            if current.durability(queue) == LEDGER:
+                _remember(self.raised, job_id, queue)
 
     def settle_ran(self) -> None:
-        """Delete the rows of the jobs whose code returned; if the database fails, they wait for the next
-        call."""
+        """Delete the rows of the jobs whose code returned, and of those whose code raised that are
+        dead-lettered (the others keep theirs, watched: a retry runs again), by the database alone; if it
+        fails, they wait for the next call."""
         ran, self.returned = self.returned, {}
+        raised, self.raised = self.raised, {}
         try:
-            _delete(ran, ran)
+            dead = _dead_lettered(sorted(raised))
+            _delete([*ran, *dead], {**ran, **raised})
         except DatabaseError:
-            for job_id, queue in ran.items():
-                _remember(self.returned, job_id, queue)
+            for job_id, queue in [*ran.items(), *raised.items()]:
+                _remember(self.returned if job_id in ran else self.raised, job_id, queue)
             raise
+        for job_id in dead:
+            self.watched.pop(job_id, None)
 
     def lost_contact(self) -> None:
         """Redis did not answer: once it does again, sweep (rows committed meanwhile were not pushed)."""
@@ -237,9 +248,15 @@ def _finished(statuses: dict[str, str | None]) -> set[str]:
     """The jobs that will never run again: finished or cancelled in Redis, or dead-lettered."""
     done = {job_id for job_id, status in statuses.items() if status in FINAL}
     unsure = [job_id for job_id, status in statuses.items() if status in (None, Status.FAILED.value)]
-    for chunk in _chunks(unsure):
-        done.update(DeadLetter.objects.filter(job_id__in=chunk).values_list("job_id", flat=True))
-    return done
+    return done | _dead_lettered(unsure)
+
+
+def _dead_lettered(ids: Sequence[str]) -> set[str]:
+    """Those of ``ids`` whose ``DeadLetter`` row exists."""
+    dead: set[str] = set()
+    for chunk in _chunks(ids):
+        dead.update(DeadLetter.objects.filter(job_id__in=chunk).values_list("job_id", flat=True))
+    return dead
 
 
 def _drop(ids: Sequence[str]) -> None:

@@ -119,7 +119,7 @@ SETTLEMENTS: Mapping[State, Settlement] = {
 }
 
 # Module names for what each report costs: an enum's attribute is a slower lookup.
-_STARTED, _DONE, _RETURNED, _CANCELLING = E.STARTED, E.DONE, E.RETURNED, S.CANCELLING
+_STARTED, _DONE, _RETURNED, _CANCELLING, _RAISED = E.STARTED, E.DONE, E.RETURNED, S.CANCELLING, S.RAISED
 _EVENT_OF: Mapping[Mark, Event] = {
     Mark.RETURNED: E.RETURNED,
     Mark.RAISED: E.RAISED,
@@ -141,6 +141,7 @@ class Slot:
     suspect: str | None = None  # the running attempt's token, if the last heartbeat found no lease
     started: list[tuple[str, str]] = field(default_factory=list)  # (job id, queue) since the last look
     returned: list[tuple[str, str]] = field(default_factory=list)  # the same, of attempts whose code returned
+    raised: list[tuple[str, str]] = field(default_factory=list)  # ... whose code raised, once they ended
     reader: Reader = field(default_factory=Reader)
 
     @property
@@ -174,13 +175,15 @@ class Slot:
         for message in self.reader.feed(data):
             kind = type(message)
             if kind is Mark:
-                event = _EVENT_OF[message]  # type: ignore[index]
-                if not self.on(event):
+                event, before = _EVENT_OF[message], self.state  # type: ignore[index]
+                if not self.on(event) or self.attempt is None:
                     continue
-                if event is _DONE:
-                    self.attempt = None
-                elif event is _RETURNED and self.attempt is not None:  # the job ran: its ledger row can go
+                if event is _RETURNED:  # the job ran: its ledger row can go
                     self.returned.append((split_token(self.attempt.token), self.attempt.queue))
+                elif event is _DONE:
+                    if before is _RAISED:  # its failure is settled: retried, or dead-lettered
+                        self.raised.append((split_token(self.attempt.token), self.attempt.queue))
+                    self.attempt = None
             elif kind is Started:
                 if self.on(_STARTED):
                     self.attempt = message  # type: ignore[assignment]

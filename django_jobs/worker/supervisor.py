@@ -371,18 +371,22 @@ class Supervisor:
 
     def _note_started(self, slots: Collection[Slot] | None = None) -> None:
         """Hand the attempts that started to the ledger, which settles their rows once they finish, and
-        those whose code returned, whose rows it deletes at once. ``slots``: all of them by default."""
+        those whose code returned (or raised, once settled), whose rows it deletes at once (if dead-
+        lettered). ``slots``: all of them by default."""
         slots = self.slots.values() if slots is None else slots
         started = [pair for slot in slots for pair in slot.started]
         returned = [pair for slot in slots for pair in slot.returned]
-        if not (started or returned):
+        raised = [pair for slot in slots for pair in slot.raised]
+        if not (started or returned or raised):
             return
         for slot in slots:
             slot.started.clear()
             slot.returned.clear()
+            slot.raised.clear()
         for shard in self.shards:
             shard.ledger.saw(pair for pair in started if pair[1] in shard.queues)
-            shard.ledger.ran(pair for pair in returned if pair[1] in shard.queues)
+            ran = [pair for pair in returned if pair[1] in shard.queues]
+            shard.ledger.ran(ran, [pair for pair in raised if pair[1] in shard.queues])
 
     def _settle_ran(self, now: float) -> None:
         """Delete the ledger rows of jobs whose code returned: the database alone, so Redis being down

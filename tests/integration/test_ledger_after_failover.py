@@ -86,6 +86,13 @@ def ran_before(job_id: str) -> None:
     OutboxEntry.objects.filter(pk=job_id).delete()
 
 
+def dead_letter(job_id: str) -> None:
+    DeadLetter.objects.create(
+        job_id=job_id, job_name="tests.record", queue="default", reason=DeadLetter.Reason.PERMANENT,
+        exception="django_jobs.exceptions.PermanentError", message="voided", attempts=1,
+    )  # fmt: skip
+
+
 # --- settling what returned ------------------------------------------------------------------------
 
 
@@ -112,6 +119,14 @@ def test_a_raised_jobs_row_stays_until_its_status_says_it_ended(ledger, redis_db
     supervisor = supervised(handle.id, Mark.RAISED, Mark.DONE)
     supervisor.shards[0].ledger.settle()
     assert OutboxEntry.objects.filter(pk=handle.id).exists()
+
+
+def test_a_dead_lettered_jobs_row_is_deleted_from_the_report_and_its_dead_letter(ledger, redis_db):
+    handle = jobs.record.enqueue("a")
+    redis_db.delete(keys.job_key(handle.id))  # Redis lost the job: no status read could tell it ended
+    dead_letter(handle.id)  # what the work process wrote before it reported its attempt done
+    supervised(handle.id, Mark.RAISED, Mark.DONE)
+    assert not OutboxEntry.objects.exists()
 
 
 # --- the mark a ledger job's hash carries ------------------------------------------------------------
@@ -176,10 +191,7 @@ def test_a_job_ended_because_it_already_ran_is_logged(ledger, redis_db, window, 
 def test_a_dead_lettered_job_brought_back_ends_dying_without_running(ledger, redis_db, window, reports):
     job_id = enqueued_before(redis_db)
     ran_before(job_id)
-    DeadLetter.objects.create(
-        job_id=job_id, job_name="tests.record", queue="default", reason=DeadLetter.Reason.PERMANENT,
-        exception="django_jobs.exceptions.PermanentError", message="voided", attempts=1,
-    )  # fmt: skip
+    dead_letter(job_id)
     assert drain(reports, window) == 0
     assert not SideEffect.objects.exists()
     assert [raw.decode() for raw in Store(redis_db).dying(older_than=0)] == [job_id]  # buried from there

@@ -33,19 +33,23 @@ def test_a_plain_job_runs_returns_completes_and_goes_idle():
     assert slot.state is State.IDLE and slot.attempt is None and slot.settlement is Settlement.NOTHING
 
 
+JOB = [("job-1", "default")]
+
+
 @pytest.mark.parametrize(
-    ("reports", "returned"),
+    ("reports", "returned", "raised"),
     [
-        ((Mark.RETURNED, Mark.COMPLETING, Mark.DONE), [("job-1", "default")]),
-        ((Mark.RAISED, Mark.DONE), []),  # a failure may be retried: its ledger row stays
-        ((Mark.DONE,), []),  # nothing ran (an undecodable job, settled as it was)
+        ((Mark.RETURNED, Mark.COMPLETING, Mark.DONE), JOB, []),
+        ((Mark.RAISED,), [], []),  # its failure is being settled: retried or dead-lettered, not yet known
+        ((Mark.RAISED, Mark.DONE), [], JOB),  # settled: the ledger asks whether it was dead-lettered
+        ((Mark.DONE,), [], []),  # nothing ran (an undecodable job, settled as it was)
     ],
-    ids=["returned", "raised", "done"],
+    ids=["returned", "raising", "raised", "done"],
 )
-def test_a_returned_attempt_is_kept_for_the_ledger_and_no_other(reports, returned):
+def test_the_ledger_hears_of_an_attempt_that_returned_or_whose_failure_is_settled(reports, returned, raised):
     slot = slot_after()
     slot.feed(b"".join(encode(report) for report in reports))
-    assert slot.returned == returned
+    assert (slot.returned, slot.raised) == (returned, raised)
 
 
 def test_a_return_read_after_a_kill_still_counts_as_the_job_having_run():
