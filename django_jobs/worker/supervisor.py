@@ -211,7 +211,7 @@ class Supervisor:
                 continue
             metrics.retire(pid)
             self._drain(slot)
-            self._note_started([slot])  # its last reports
+            self._note_attempts([slot])  # its last reports
             os.close(slot.fd)
             self._unregister(slot)
             code = os.waitstatus_to_exitcode(status)
@@ -369,7 +369,7 @@ class Supervisor:
                 metrics.fenced(slot.queue or "", "lease_gone")
             slot.suspect = slot.token if missing else None
 
-    def _note_started(self, slots: Collection[Slot] | None = None) -> None:
+    def _note_attempts(self, slots: Collection[Slot] | None = None) -> None:
         """Hand the attempts that started to the ledger, which settles their rows once they finish, and
         those whose code returned (or raised, once settled), whose rows it deletes at once (if dead-
         lettered). ``slots``: all of them by default."""
@@ -389,8 +389,8 @@ class Supervisor:
             shard.ledger.ran(ran, [pair for pair in raised if pair[1] in shard.queues])
 
     def _settle_ran(self, now: float) -> None:
-        """Delete the ledger rows of jobs whose code returned: the database alone, so Redis being down
-        (a failover under way) holds nothing up."""
+        """Delete the ledger rows of jobs whose code returned, or that are dead-lettered: the database
+        alone, so Redis being down (a failover under way) holds nothing up."""
         if now < self._settle_ran_at:
             return
         failed = [guarded("Settling ledger rows", shard.ledger.settle_ran) for shard in self.shards]
@@ -508,7 +508,7 @@ class Supervisor:
     def _loop(self) -> None:
         while self.slots or (self.respawn_at and not self.stopping):
             self._read(jobs_settings.MAINTENANCE_INTERVAL)
-            self._note_started()
+            self._note_attempts()
             self._report_kills()
             self._reap_children()
             self.guard.retain(self.slots.keys())  # forget the exited ones

@@ -102,7 +102,7 @@ def supervised(job_id: str, *reports: Mark):
     slot = supervisor.slots[7] = Slot(7, -1, "host.7")
     slot.feed(encode(Started(f"{job_id}:n0", "default", time.monotonic() + 10, 1)))
     slot.feed(b"".join(encode(report) for report in reports))
-    supervisor._note_started()
+    supervisor._note_attempts()
     supervisor._settle_ran(time.monotonic())
     return supervisor
 
