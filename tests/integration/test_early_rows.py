@@ -97,3 +97,16 @@ def test_when_the_database_and_redis_both_fail_the_enqueue_raises(redis_db):
         jobs.record.enqueue("a")
     connection.close()
     assert not OutboxEntry.objects.exists() and not redis_db.keys("rq:job:*")
+
+
+@postgres_only
+def test_a_push_that_raises_still_reads_the_rows_answer_so_the_connection_stays_usable(redis_db, monkeypatch):
+    from django_jobs.store import Store
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the push")
+
+    monkeypatch.setattr(Store, "push", broken)
+    with pytest.raises(RuntimeError, match="a bug"):
+        jobs.record.enqueue("a")
+    assert OutboxEntry.objects.count() == 1  # the row's answer was read: the next query works

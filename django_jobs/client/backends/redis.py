@@ -156,12 +156,14 @@ def _push_or_store(envelopes: list[Envelope], alias: str) -> None:
         pending = early_rows.send(alias, kept) if kept else None
     except DatabaseError as exc:
         unwritten = exc
-    pushed = push(envelopes)
     try:
-        if pending is not None:
-            pending.wait()
-    except DatabaseError as exc:
-        unwritten = exc
+        pushed = push(envelopes)
+    finally:  # read the row's answer whatever the push did: an unread one would break the connection
+        try:
+            if pending is not None:
+                pending.wait()
+        except DatabaseError as exc:
+            unwritten = exc
     ids = {e.id for e in kept}
     if unwritten is not None:
         if any(e.id in ids for e in pushed.failed):
