@@ -127,7 +127,7 @@ def test_sigterm_finishes_the_running_job_and_exits_zero(runjobs):
     wait_for(lambda: SideEffect.objects.filter(key="attempt:graceful").exists())
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.proc.wait(20) == 0, worker.output()
-    assert SideEffect.objects.filter(key="graceful").exists()
+    assert SideEffect.objects.filter(key="graceful").exists(), worker.output()
 
 
 def test_burst_drains_the_queue_and_exits(runjobs):
