@@ -80,7 +80,9 @@ class Ledger:
         self.identity: tuple[str, str] | None = None
         self.reachable = True
         self.sweep_at = 0.0  # monotonic; 0: as soon as possible
-        self.sweep_fresh = False  # whether the next sweep takes rows younger than a second too
+        # whether the next sweep takes rows younger than a second too: the first does (nothing says their
+        # pushes landed; pushing a job Redis holds again does nothing)
+        self.sweep_fresh = True
 
     def saw(self, started: Iterable[tuple[str, str]]) -> None:
         """Attempts of these (job id, queue) started here: settle their rows once the jobs have finished
