@@ -51,11 +51,12 @@ def test_runjobs_runs_on_a_redis_that_forbids_config_and_says_the_policy_is_unkn
     assert worker.terminate() == 0
 
 
+@pytest.mark.usefixtures("fast")  # at the default a vanished job is pushed again from its ledger row
 def test_a_job_whose_hash_vanished_before_its_turn_is_dead_lettered_and_logged(redis_db, runjobs):
     gone = jobs.record.enqueue("gone")
     jobs.record.enqueue("kept")
     redis_db.delete(f"rq:job:{gone.id}")  # what eviction does
-    worker = runjobs()
+    worker = runjobs(extra_env={"JOBS_TEST_DURABILITY": "fast"})
     wait_for(lambda: SideEffect.objects.filter(key="kept").exists())
     entry = wait_for(lambda: DeadLetter.objects.filter(job_id=gone.id).first(), timeout=30)
     assert (entry.reason, entry.queue) == (DeadLetter.Reason.VANISHED, "default")
