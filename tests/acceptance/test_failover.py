@@ -25,11 +25,10 @@ from pathlib import Path
 
 import pytest
 import redis
-from django.db import transaction
 
 from django_jobs.conf import JobsSettings
 from django_jobs.models import DeadLetter, OutboxEntry
-from tests.chaos import converged
+from tests.chaos import converged, enqueue_alternating
 from tests.conftest import ROOT, wait_for
 from tests.sentinel import MASTER_NAME, SentinelSetup, Switch
 from tests.testapp import jobs
@@ -88,11 +87,7 @@ class Load:
             enqueue, args, needs = jobs.failover.enqueue, (key, 1, 0.05), 2  # fails once, then succeeds
         else:
             enqueue, args, needs = jobs.failover.enqueue, (key, 0, 0.05), 1
-        if i % 2:
-            with transaction.atomic():
-                handle = enqueue(*args)
-        else:
-            handle = enqueue(*args)
+        handle = enqueue_alternating(i, enqueue, *args)
         self.committed[key] = (handle.id, needs)
 
     def run(self, count: int, at: int, action: Callable[[], object]) -> None:

@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass, field
 
 import pytest
 import redis
-from django.db import connection, transaction
+from django.db import connection
 
 from django_jobs.conf import jobs_settings
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import Store
-from tests.chaos import RedisServer, converged
+from tests.chaos import RedisServer, converged, enqueue_alternating
 from tests.conftest import OUTAGE_SECONDS, ROOT, Runjobs, wait_for
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -94,11 +94,7 @@ class Load:
         if i % 10 in (4, 5):
             enqueue = kind.options(delay=DELAY).enqueue
             self.delayed.add(key)
-        if i % 2:
-            with transaction.atomic():
-                handle = enqueue(*args)
-        else:
-            handle = enqueue(*args)
+        handle = enqueue_alternating(i, enqueue, *args)
         self.committed[key] = (handle.id, needs)
 
     def burst(self, count: int) -> None:
