@@ -180,6 +180,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+#: Lines of each runjobs log a failed test prints.
+LOG_TAIL = 200
+
+
 def _passed(node: pytest.Item) -> bool:
     reports = node.stash.get(_REPORTS, {})
     return "call" in reports and all(report.passed for report in reports.values())
@@ -206,6 +210,10 @@ def runjobs(redis_url: str, request: pytest.FixtureRequest) -> Iterator[Callable
     keep = not _passed(request.node)
     for process in started:
         process.kill_tree()
+        if keep:  # shown in the failure's report (its teardown's stderr): CI keeps no var/
+            tail = process.output().splitlines()[-LOG_TAIL:]
+            print(f"--- runjobs pid {process.proc.pid} {process.log.name}, last lines ---", *tail, sep="\n",
+                  file=sys.stderr)  # fmt: skip
         process.log.close()
         if not keep:
             Path(process.log.name).unlink(missing_ok=True)

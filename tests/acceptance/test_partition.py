@@ -81,7 +81,8 @@ def test_a_host_cut_off_from_redis_stops_its_attempts_before_another_host_takes_
 ):
     proxy = CuttableProxy(private_redis.port)
     proxy.start()
-    env = {"JOBS_TEST_REDIS_URL": private_redis.url, "JOBS_TEST_LEASE": str(LEASE)}
+    # every attempt's outcome logged: a failure shows both hosts' logs
+    env = {"JOBS_TEST_REDIS_URL": private_redis.url, "JOBS_TEST_LEASE": str(LEASE), "JOBS_TEST_LOG": "INFO"}
     link = {"JOBS_TEST_REDIS_URL": f"redis://127.0.0.1:{proxy.port}/0"}
     cut = {f"job{i}": jobs.cut_off for i in range(JOBS)} | {"limited": jobs.cut_off_limited}
     work = cut | {"returned": jobs.cut_off_result}
