@@ -35,6 +35,9 @@ def figures(result: dict[str, Any]) -> Iterator[Figure]:
         yield "enqueue in one atomic(), s", ("enqueue_tx", "django_jobs")
     if "enqueue_single" in result:
         yield "enqueue one by one, s", ("enqueue_single", "django_jobs")
+    for setup, measures in result.get("setups", {}).items():  # {setup: {measure: median}}
+        for measure in measures:
+            yield f"setup {setup}, {measure}", ("setups", setup, measure)
 
 
 def _value(result: dict[str, Any], path: Sequence[str]) -> float | None:

@@ -22,3 +22,14 @@ def test_the_table_gives_both_medians_and_the_median_of_the_per_round_ratios():
         "| throughput runjobs_c2, jobs/s | 200.000 | 100.000 | 1.000 | 1.00 3.00 0.50 |"
     )
     assert "| 0.500 |" in rows["enqueue in one atomic(), s"]
+
+
+def test_the_setups_section_is_compared_setup_by_setup():
+    ours = [{"setups": {"fast": {"runjobs_c2": r, "enqueue_tx_s": 1.0}}} for r in (300, 400)]
+    theirs = [{"setups": {"fast": {"runjobs_c2": r, "enqueue_tx_s": 0.8}}} for r in (300, 200)]
+    table = render(ours, theirs, Path("/x/base"))
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines() if line.startswith("| ")}
+    assert (
+        rows["setup fast, runjobs_c2"] == "| setup fast, runjobs_c2 | 350.000 | 250.000 | 1.500 | 1.00 2.00 |"
+    )
+    assert "| 1.250 |" in rows["setup fast, enqueue_tx_s"]
