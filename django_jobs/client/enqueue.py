@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from typing import Any, Protocol
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_jobs.client import backends
 from django_jobs.conf import jobs_settings
@@ -85,9 +86,9 @@ def build(
                     expires, options.batch, limit_key)  # fmt: skip
 
 
-def _in_transaction(alias: str) -> bool:
-    """True inside a real transaction: an atomic block not opened by Django's TestCase, or autocommit off."""
-    conn = connections[alias]
+def _in_transaction(conn: BaseDatabaseWrapper) -> bool:
+    """True inside a real transaction: an atomic block not opened by Django's TestCase, or autocommit off.
+    Takes the connection, not its alias: each ``connections[alias]`` costs a thread-local lookup."""
     if conn.connection is not None and not conn.autocommit and not conn.in_atomic_block:
         return True
     return any(not getattr(block, "_from_testcase", False) for block in getattr(conn, "atomic_blocks", []))
@@ -96,9 +97,9 @@ def _in_transaction(alias: str) -> bool:
 def transaction_alias(using: str | None) -> str | None:
     """The alias whose commit the job must wait for, or None to push now."""
     if using is not None:
-        return using if _in_transaction(using) else None
+        return using if _in_transaction(connections[using]) else None
     # Only connections already opened in this thread can be inside a transaction.
-    active = [conn.alias for conn in connections.all(initialized_only=True) if _in_transaction(conn.alias)]
+    active = [conn.alias for conn in connections.all(initialized_only=True) if _in_transaction(conn)]
     if len(active) > 1:
         raise TransactionAmbiguous(
             f"Databases {', '.join(sorted(active))} are all inside a transaction; "

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from redis.exceptions import RedisError
 
@@ -135,8 +135,9 @@ def _write_outbox(alias: str, envelopes: list[Envelope]) -> None:
         outbox.store(alias, envelopes)
         return
     outbox.enlist(conn, envelopes)
-    # robust: a failure after commit is logged, never turned into an error for a committed request
-    transaction.on_commit(functools.partial(_flush, conn), using=alias, robust=True)
+    # robust: a failure after commit is logged, never turned into an error for a committed request (on
+    # the connection itself: transaction.on_commit would look it up again)
+    conn.on_commit(functools.partial(_flush, conn), robust=True)
 
 
 def _push_or_store(envelopes: list[Envelope], alias: str) -> None:
