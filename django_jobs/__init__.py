@@ -28,6 +28,7 @@ from django_jobs.store import CancelResult
 if TYPE_CHECKING:
     from django_jobs.failures.retrying import retry_now
     from django_jobs.flow.pausing import pause, paused, resume
+    from django_jobs.ops.why import why
     from django_jobs.workflows.batches import batch, batch_callback
     from django_jobs.workflows.chains import Page, chain
 
@@ -63,6 +64,7 @@ __all__ = [
     "paused",
     "resume",
     "retry_now",
+    "why",
 ]
 
 #: Public names whose modules need the app registry ready (they use models) or settings (django_rq
@@ -76,6 +78,7 @@ _AFTER_SETUP = {
     "paused": "django_jobs.flow.pausing",
     "batch": "django_jobs.workflows.batches",
     "batch_callback": "django_jobs.workflows.batches",
+    "why": "django_jobs.ops.why",
 }
 
 

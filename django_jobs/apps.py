@@ -25,12 +25,13 @@ class DjangoJobsConfig(AppConfig):
         from django_jobs import checks  # noqa: F401
         from django_jobs.client import enqueue
         from django_jobs.conf import jobs_settings, task_backend_aliases
-        from django_jobs.core import outcomes, registry, tracing
+        from django_jobs.core import outcomes, registry, results, tracing
         from django_jobs.failures import deadletter
-        from django_jobs.ops import collectors
+        from django_jobs.ops import collectors, why
         from django_jobs.workflows import batches, chains, cron  # noqa: F401
 
         registry.deliver_through(enqueue.enqueue_calls)
+        results.explain_through(why.explain)
         tasks = bool(task_backend_aliases())
         outcomes.connect(
             [

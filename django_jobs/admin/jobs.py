@@ -17,7 +17,8 @@ from django_jobs.conf import jobs_settings
 from django_jobs.core import cancellation, results
 from django_jobs.exceptions import JobDoesNotExist
 from django_jobs.failures import redaction, retrying
-from django_jobs.models import BatchMember, DeadLetter, OutboxEntry
+from django_jobs.models import BatchMember, DeadLetter
+from django_jobs.ops import why
 from django_jobs.store import CancelResult, valid_job_id
 
 if TYPE_CHECKING:
@@ -65,9 +66,13 @@ class JobPages:
             pass
         except RedisError as exc:
             error = f"Redis did not answer: {exc}"
-        in_outbox = OutboxEntry.objects.filter(pk=job_id).exists()
+        payload = self.has_view_payload_permission(request)
+        try:
+            explained = why.why(job_id, show_key=payload)
+        except JobDoesNotExist:
+            explained = ""
         member = BatchMember.objects.filter(job_id=job_id).select_related("batch").first()
-        if state is None and not (error or in_outbox or origin or died or member):
+        if not (explained or error or origin or died or member):
             raise Http404(f"No job {job_id} is known: never enqueued, or its record expired.")
         return self._render(
             request,
@@ -79,11 +84,11 @@ class JobPages:
             member=member,
             state=state,
             error=error,
-            in_outbox=in_outbox,
+            why=explained,
             finished_ttl=jobs_settings.FINISHED_TTL,
             can_cancel=request.user.has_perm(CANCEL_PERMISSION),
             can_retry=request.user.has_perm(RETRY_PERMISSION),
-            **_payload(state, self.has_view_payload_permission(request)),
+            **_payload(state, payload),
         )
 
     def cancel_job_view(self: _Admin, request: HttpRequest, job_id: str) -> HttpResponse:

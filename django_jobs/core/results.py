@@ -8,14 +8,15 @@ status, result and errors); then, or for an id never enqueued, :class:`JobDoesNo
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from django_jobs.core import payload
 from django_jobs.core.cancellation import cancel
-from django_jobs.exceptions import JobDoesNotExist, PayloadError
+from django_jobs.exceptions import ConfigurationError, JobDoesNotExist, PayloadError
 from django_jobs.store import CancelResult, JobRecord, Status, Store, read, valid_job_id
 from django_jobs.store.lifecycle import ENDED, F, State
 
@@ -59,6 +60,15 @@ class JobState:
     limit_key: str | None = None  # the key its job type's limits count it under (@job(limit_key=...))
     parked: bool = False  # queued, waiting for its key's turn (see limit_key)
     state: State | None = None  # its lifecycle state (None: read from a record alone, or nothing holds it)
+    where: read.Where | None = field(default=None, repr=False, compare=False)  # what the read model found
+
+    @functools.cached_property
+    def why(self) -> str:
+        """One plain sentence: what holds the job where it is, and what lifts it (``ops.why``).
+        Read when first asked: a ready job's costs a look at the workers serving its queue."""
+        if not _explainers:
+            raise ConfigurationError("Why a job waits is known once Django is set up with 'django_jobs'.")
+        return _explainers[0](self)
 
     @property
     def finished(self) -> bool:
@@ -102,7 +112,17 @@ class JobState:
             limit_key=record.text(F.LIMIT_KEY) or None,
             parked=where is not None and where.in_line,
             state=state,
+            where=where,
         )
+
+
+_explainers: list[Callable[[JobState], str]] = []
+
+
+def explain_through(explainer: Callable[[JobState], str]) -> None:
+    """Connect what says why a job is where it is: the app connects ``ops.why.explain`` from above,
+    since explaining reads the registry, the workers and the database."""
+    _explainers[:] = [explainer]
 
 
 def _result(record: JobRecord) -> Any:

@@ -19,7 +19,7 @@ import logging
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from django.db import DatabaseError, connections, router
 from django.db.models import Count, Min
@@ -219,6 +219,18 @@ def dead_letter_counts() -> tuple[Counter[tuple[str, str]], dict[str, int]]:
         if row["status"] == DeadLetter.Status.OPEN and row["reason"] in by_reason:
             by_reason[row["reason"]] += row["n"]
     return by_job, by_reason
+
+
+def open_dead_letters(queues: Sequence[str]) -> list[tuple[str, int, dt.datetime]]:
+    """Open dead letters of ``queues`` per job name: how many, and when the oldest was written; the
+    job names with the most first. One aggregate."""
+    rows = (
+        DeadLetter.objects.filter(status=DeadLetter.Status.OPEN, queue__in=list(queues))
+        .order_by()
+        .values("job_name")
+        .annotate(n=Count("pk"), oldest=Min("created_at"))
+    )
+    return sorted(((row["job_name"], row["n"], row["oldest"]) for row in rows), key=lambda r: (-r[1], r[0]))
 
 
 def _outbox() -> tuple[int, dt.datetime | None]:

@@ -266,6 +266,17 @@ def where(connection: Redis, job_id: str, queues: Sequence[str] = ()) -> Where:
     return locate(connection, [job_id], queues)[job_id]
 
 
+def serving(connection: Redis, queue: str) -> int:
+    """How many live work processes serve ``queue``: those of the workers' set whose record (which
+    expires with its heartbeat) lists it. Two round trips, O(workers)."""
+    names = [text(name) for name in connection.smembers(keys.WORKERS_SET)]
+    with connection.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.hget(name, "queues")
+        served = pipe.execute(raise_on_error=False)
+    return sum(1 for queues in served if isinstance(queues, bytes) and queue in text(queues).split(","))
+
+
 class Reads(Part):
     """The store's raw reads, that change nothing: a job's hash and status, when a scheduled job is
     due, what is paused and parked, and what a work process reads once a second for its claims."""

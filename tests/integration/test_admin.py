@@ -20,7 +20,7 @@ from django_jobs.testing import run_jobs
 from tests.integration.dashboard_support import ALL_PERMISSIONS, drain, operator, record
 from tests.testapp.models import SideEffect
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")  # the job page reads every outbox
 
 CHANGELIST = "admin:django_jobs_deadletter_changelist"
 
@@ -463,7 +463,6 @@ def test_the_job_page_shows_any_job_with_its_result_and_errors_and_hides_the_pay
     assert client.get(reverse("admin:django_jobs_deadletter_job", args=["unknownid"])).status_code == 404
 
 
-@pytest.mark.django_db(transaction=True, databases="__all__")  # a cancel deletes outbox rows
 def test_cancel_and_retry_now_from_the_job_page_act_and_are_audited(client, redis_db):
     from django_jobs.testing import run_jobs
     from tests.testapp import jobs

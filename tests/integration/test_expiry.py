@@ -255,6 +255,7 @@ def test_the_job_page_says_an_expired_job_expired_and_a_snoozed_one_how_often_it
     assert run_jobs() == 1
     operator(client, "view_deadletter")
     page = client.get(reverse("admin:django_jobs_deadletter_job", args=[late.id])).content.decode()
-    assert "canceled (expired: it had not started by its expiry)" in page and "<th>expires at</th>" in page
+    assert "<tr><th>state</th><td>expired</td></tr>" in page and "<th>expires at</th>" in page
+    assert "it had not started by its expiry, so it was dropped unrun" in page
     page = client.get(reverse("admin:django_jobs_deadletter_job", args=[snoozed.id])).content.decode()
     assert "<tr><th>snoozes</th><td>1</td></tr>" in page and "<th>due at</th>" in page

@@ -82,9 +82,11 @@ def test_the_job_page_says_a_job_waits_for_its_keys_turn_and_shows_its_key_with_
     url = reverse("admin:django_jobs_deadletter_job", args=[a[1]])
     operator(client, "view_deadletter")
     html = client.get(url).content.decode()
-    assert "parked: waiting for its key's turn" in html and "tenant-7" not in html  # the key is the payload's
+    assert "parked behind its key&#x27;s limit of 1 at a time" in html
+    assert "tenant-7" not in html  # the key is the payload's
     operator(client, "view_deadletter", "view_deadletter_payload", username="payload-op")
-    assert "<th>limit key</th><td>tenant-7</td>" in client.get(url).content.decode()
+    html = client.get(url).content.decode()
+    assert "<th>limit key</th><td>tenant-7</td>" in html and "parked behind key `tenant-7`&#x27;s limit" in html
 
 
 def test_past_the_lines_it_counts_the_parked_count_is_a_lower_bound(redis_db, monkeypatch):

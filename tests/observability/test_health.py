@@ -15,6 +15,7 @@ from django.core.management import CommandError, call_command
 from django.db import connections
 
 from django_jobs.store import rq_timestamp
+from django_jobs.testing import run_jobs
 from tests.conftest import ROOT
 from tests.testapp import jobs
 
@@ -50,11 +51,27 @@ def test_healthy_when_services_answer_every_queue_has_a_worker_and_nothing_waits
         "ok   age: emails: oldest job waited 0 s (limit 600)",
         f"ok   eviction: Redis {settings.REDIS_URL}: maxmemory-policy noeviction, no maxmemory",
         "ok   quarantine: 0 unreadable, 0 vanished",
+        "ok   deadletters: none open",
         "ok   durability: default: ledger, 1 ledger row(s) pending, oldest due 0 s ago",
         "ok   durability: emails: ledger, 0 ledger row(s) pending",
         "ok   replication: default, emails: master, no replica, primary last changed never",
         "ok   paused: nothing",
     ]
+
+
+def test_open_dead_letters_are_a_warning_naming_the_jobs_and_the_way_out(redis_db):
+    worker(redis_db)
+    for key in ("a", "b", "c"):
+        jobs.permanent.enqueue(key)
+    jobs.invalid.enqueue("d")
+    run_jobs()
+    code, out = health()
+    assert code == 0, out  # jobs still flow
+    (line,) = [line for line in out.splitlines() if "deadletters" in line]
+    assert line.startswith("WARN deadletters: 4 open (3 tests.permanent, 1 tests.invalid), the oldest since ")
+    assert line.endswith("requeue or discard them in the dead-letter admin or with manage.py deadletters")
+    assert "deadletters" not in health("--skip", "deadletters")[1]
+    assert "ok   deadletters: none open" in health("emails")[1]  # only the queues asked about
 
 
 def test_a_queue_without_a_live_worker_is_unhealthy(redis_db):

@@ -16,13 +16,23 @@ from django_jobs.exceptions import ConfigurationError
 from django_jobs.flow.pausing import describe, paused
 from django_jobs.management.arguments import real
 from django_jobs.ops import durability
-from django_jobs.ops.collectors import dead_letter_counts
+from django_jobs.ops.collectors import dead_letter_counts, open_dead_letters
 from django_jobs.ops.eviction import eviction_policy
 from django_jobs.ops.inspection import QueueState, WorkerState, read_all
 from django_jobs.store import audit
 from django_jobs.store.replication import Primary
 
-CHECKS = ("database", "redis", "workers", "age", "eviction", "quarantine", "durability", "paused")
+CHECKS = (
+    "database",
+    "redis",
+    "workers",
+    "age",
+    "eviction",
+    "quarantine",
+    "deadletters",
+    "durability",
+    "paused",
+)
 #: Seconds the oldest due ledger row may wait before the durability line warns.
 LEDGER_WARN_AGE = 1800.0
 
@@ -31,9 +41,9 @@ class Command(BaseCommand):
     help = (
         "Exit non-zero if a database or Redis does not answer, a queue has no live worker, or a "
         "running queue's oldest job waited longer than --max-age. Warn (exit 0) about a Redis that may "
-        "evict jobs, about quarantined or vanished items, about a ledger that does not drain and about "
-        "paused queues and job types; report each queue's durability level and its Redis' replicas. "
-        "One line per check."
+        "evict jobs, about quarantined or vanished items, open dead letters, a ledger that does not "
+        "drain and paused queues and job types; report each queue's durability level and its Redis' "
+        "replicas. One line per check."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -89,6 +99,8 @@ class Command(BaseCommand):
             self._eviction(queues)
         if "quarantine" not in skip:
             self._quarantine()
+        if "deadletters" not in skip:
+            self._dead_letters(queues)
         if "durability" not in skip:
             self._durability(queues)
         if "paused" not in skip:
@@ -142,6 +154,26 @@ class Command(BaseCommand):
         if any(counts.values()):
             detail += " (open dead letters no job ran for: see the dead-letter admin)"
         self._warn_unless(not any(counts.values()), "quarantine", detail)
+
+    def _dead_letters(self, queues: list[str]) -> None:
+        """Open dead letters: jobs that failed for good and wait for an operator (a warning: jobs
+        still flow)."""
+        try:
+            found = open_dead_letters(queues)
+        except DatabaseError:
+            return  # the database check says so
+        total = sum(n for _, n, _ in found)
+        if not total:
+            self._warn_unless(True, "deadletters", "none open")
+            return
+        oldest = min(at for _, _, at in found)
+        shown = ", ".join(f"{n} {name}" for name, n, _ in found[:5]) + (", ..." if len(found) > 5 else "")
+        self._warn_unless(
+            False,
+            "deadletters",
+            f"{total} open ({shown}), the oldest since {oldest:%Y-%m-%d %H:%M} UTC: requeue or discard "
+            "them in the dead-letter admin or with manage.py deadletters",
+        )
 
     def _durability(self, queues: list[str]) -> None:
         """Each queue's level and ledger; each server's replicas, lag and last primary change."""

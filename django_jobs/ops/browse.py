@@ -1,0 +1,123 @@
+"""The job browser's read side, for the admin's job list and ``manage.py jobs list``: the jobs of some
+queues in some states, a page of one structure at a time (:mod:`django_jobs.store.browse`), and the
+dead letters from the database.
+
+A filter by state or by name is applied to each page read, so a look is bounded by ``look`` members
+read, never by the size of a queue; :class:`Found` says how far it looked.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from django_jobs.core.connections import get_connection
+from django_jobs.models import DeadLetter
+from django_jobs.store import browse, read
+from django_jobs.store.browse import LISTED, Listing
+from django_jobs.store.lifecycle import F, State
+
+#: The names the state filters take: each lifecycle state's name, lower-cased ("waiting", "in_line").
+STATE_NAMES: dict[str, State] = {state.name.lower(): state for state in State}
+#: States held by no structure once the job ended: its record expires after ``FINISHED_TTL``.
+UNLISTED = frozenset(set(State) - set(LISTED) - {State.DEAD})
+#: Members read per round trip while looking for the jobs that pass a filter.
+PAGE = 500
+
+
+@dataclass(frozen=True)
+class Row:
+    """One job of a listing: what the read model found (``where``), or its dead letter."""
+
+    id: str
+    name: str
+    queue: str
+    state: State | None
+    where: read.Where | None = None
+    letter: DeadLetter | None = None
+
+    @property
+    def state_name(self) -> str:
+        return self.state.name.lower() if self.state else "unknown"
+
+    def detail(self, show_key: bool = True) -> str:
+        """What sets it apart in its state, in a few words."""
+        where, state = self.where, self.state
+        if self.letter is not None:
+            return f"{self.letter.reason}: {self.letter.exception}"
+        if where is None:
+            return ""
+        if state in (State.SCHEDULED, State.RETRYING, State.SNOOZED) and where.due is not None:
+            return f"due {_when(where.due)}, attempt {where.record.attempt + 1}"
+        if state in (State.RUNNING, State.LOST):
+            lease = f", lease to {_when(where.lease_expires)}" if where.lease_expires else ""
+            return f"on {where.worker or '?'}, attempt {where.record.attempt}{lease}"
+        if where.pause is not None:
+            return f"{where.pause.kind} {where.pause.name} paused by {where.pause.by or '?'}"
+        if state is State.IN_LINE:
+            key = where.record.text(F.LIMIT_KEY) if show_key else "its key"
+            return f"behind {key}, {where.ahead} ahead" if where.ahead is not None else f"behind {key}"
+        return f"priority {where.priority}" if where.priority else ""
+
+
+@dataclass(frozen=True)
+class Found:
+    rows: list[Row]
+    looked: int  # members read
+    complete: bool  # every member of the structures looked in was read
+
+
+def jobs(
+    queues: Sequence[str], states: frozenset[State], name: str = "", limit: int = 50, look: int = 10_000
+) -> Found:
+    """Up to ``limit`` jobs of ``queues`` in ``states`` (any of them), named ``name`` (any, if empty),
+    reading at most ``look`` members of Redis structures; dead letters newest first."""
+    rows: list[Row] = []
+    looked, complete = 0, True
+    listings = list(dict.fromkeys(LISTED[state] for state in State if state in states and state in LISTED))
+    for queue in queues:
+        for listing in listings:
+            for batch, read_now, more in _pages(queue, listing, look - looked):
+                looked += read_now
+                rows += [row for row in batch if row.state in states and (not name or row.name == name)]
+                complete = complete and not more
+                if len(rows) >= limit:
+                    return Found(rows[:limit], looked, complete=False)
+    if State.DEAD in states:
+        letters = DeadLetter.objects.filter(queue__in=queues).order_by("-created_at")
+        if name:
+            letters = letters.filter(job_name=name)
+        rows += [
+            Row(letter.job_id, letter.job_name, letter.queue, State.DEAD, letter=letter)
+            for letter in letters[: limit - len(rows)]
+        ]
+    return Found(rows[:limit], looked, complete)
+
+
+def _pages(queue: str, listing: Listing, budget: int) -> Iterator[tuple[list[Row], int, bool]]:
+    """The listing's rows a page at a time, with how many members each page read, and whether more
+    remained unread when the budget ran out."""
+    connection = get_connection(queue)
+    start = 0
+    while budget > 0:
+        page = browse.page(connection, queue, listing, start, min(PAGE, budget))
+        read_now = len(page.jobs)
+        rows = [_row(where) for where in page.jobs if listing not in _SHARED or where.record.queue == queue]
+        start += read_now
+        budget -= read_now
+        yield rows, read_now, start < page.total and budget <= 0
+        if read_now == 0 or start >= page.total:
+            return
+
+
+#: Listings of a structure every queue of a server shares: their rows are filtered by queue.
+_SHARED = (Listing.LOST, Listing.DYING)
+
+
+def _row(where: read.Where) -> Row:
+    return Row(where.id, where.record.name, where.record.queue, where.state, where)
+
+
+def _when(at: float) -> str:
+    return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -1,0 +1,146 @@
+"""The job browser's Redis side: one page of one queue's jobs in one group of states, each located by
+the read model (:func:`.read.locate`).
+
+A page reads the lengths of the structures that hold the group (one pipelined round trip), then one
+slice of them (LRANGE / ZRANGE by index), then the jobs it found: O(page), never O(queue), so a
+100,000-job queue pages as fast as a 10-job one. A structure that is several keys (a queue's parked
+lists, its keys' lines) is read as their concatenation, the keys in a stable order, at most
+:data:`LINES_LOOKED` of them. Nothing here is written for the browser: it reads the lifecycle's
+own structures.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+from redis.exceptions import ResponseError
+
+from django_jobs.store import keys, read
+from django_jobs.store.lifecycle import State
+from django_jobs.store.record import split_token, text
+
+#: Keys' lines (or parked lists) of one queue read for a page; past them, jobs are not listed.
+LINES_LOOKED = 1000
+
+
+class Listing(enum.Enum):
+    """The groups of states the browser lists, each from the structures that hold it, in the order a
+    worker would take them. Ended jobs (finished, cancelled, expired) are held by no structure."""
+
+    READY = enum.auto()  # waiting (with or without a priority, or holding its key's turn), or held by a pause
+    SCHEDULED = enum.auto()  # scheduled, retrying, snoozed: by due time
+    RUNNING = enum.auto()
+    PARKED = enum.auto()  # set aside while their job type is paused
+    IN_LINE = enum.auto()  # parked behind their key's limit
+    LOST = enum.auto()  # their lease expired; the supervisor settles them
+    DYING = enum.auto()  # being dead-lettered
+
+
+#: Which listing shows each state a job can be in while Redis holds it.
+LISTED: dict[State, Listing] = {
+    State.WAITING: Listing.READY,
+    State.WAITING_PRIORITY: Listing.READY,
+    State.TURN: Listing.READY,
+    State.HELD: Listing.READY,
+    State.SCHEDULED: Listing.SCHEDULED,
+    State.RETRYING: Listing.SCHEDULED,
+    State.SNOOZED: Listing.SCHEDULED,
+    State.RUNNING: Listing.RUNNING,
+    State.PARKED: Listing.PARKED,
+    State.IN_LINE: Listing.IN_LINE,
+    State.LOST: Listing.LOST,
+    State.DYING: Listing.DYING,
+}
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing: the jobs found, where they are; how many the listing holds."""
+
+    jobs: list[read.Where]
+    total: int
+    start: int
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One key of a listing: its length, and how to read a slice of it as job ids."""
+
+    key: str
+    zset: bool
+    tokens: bool = False  # members are lease tokens: the job id is their first part
+
+    def length(self, pipe: Any) -> None:
+        pipe.zcard(self.key) if self.zset else pipe.llen(self.key)
+
+    def slice(self, pipe: Any, first: int, last: int) -> None:
+        pipe.zrange(self.key, first, last) if self.zset else pipe.lrange(self.key, first, last)
+
+    def ids(self, members: list[bytes]) -> list[str]:
+        return [split_token(text(m)) if self.tokens else text(m) for m in members]
+
+
+def _zset(key: str, tokens: bool = False) -> _Part:
+    return _Part(key, True, tokens)
+
+
+def _list(key: str) -> _Part:
+    return _Part(key, False)
+
+
+def _parts(connection: Redis, queue: str, listing: Listing) -> list[_Part]:
+    if listing is Listing.READY:
+        high, low = keys.priority_keys(queue)
+        return [_zset(high), _list(keys.queue_key(queue)), _zset(low)]
+    if listing is Listing.SCHEDULED:
+        return [_zset(keys.scheduled_key(queue))]
+    if listing is Listing.RUNNING:
+        return [_zset(keys.wip_key(queue), tokens=True)]
+    if listing is Listing.PARKED:
+        pairs = read.parked_pairs(connection.smembers(keys.PARKED))  # type: ignore[arg-type]
+        return [_list(keys.parked_key(q, name)) for q, name in pairs if q == queue][:LINES_LOOKED]
+    if listing is Listing.IN_LINE:
+        scopes: list[bytes] = connection.zrange(keys.parked_index(queue), 0, LINES_LOOKED - 1)  # type: ignore[assignment]
+        return [_zset(keys.parked_line(queue, text(scope))) for scope in sorted(scopes)]
+    return [_zset(keys.LOST if listing is Listing.LOST else keys.DYING, tokens=listing is Listing.LOST)]
+
+
+def page(connection: Redis, queue: str, listing: Listing, start: int = 0, count: int = 50) -> Page:
+    """Jobs ``start`` to ``start + count`` of ``listing`` in ``queue``. The lost and dying sets are
+    one per server: their page holds the jobs of every queue, for the caller to filter."""
+    try:
+        parts = _parts(connection, queue, listing)
+    except ResponseError:  # an index of the wrong type (runjobs moves it aside): nothing to list
+        parts = []
+    with connection.pipeline(transaction=False) as pipe:
+        for part in parts:
+            part.length(pipe)
+        lengths = [n if isinstance(n, int) else 0 for n in pipe.execute(raise_on_error=False)]
+    ids = _slice(connection, parts, lengths, start, count)
+    found = read.locate(connection, ids, [queue]) if ids else {}
+    return Page([found[job_id] for job_id in ids], sum(lengths), start)
+
+
+def _slice(
+    connection: Redis, parts: Sequence[_Part], lengths: Sequence[int], start: int, count: int
+) -> list[str]:
+    """The ids at ``start`` to ``start + count`` of the parts read one after the other."""
+    with connection.pipeline(transaction=False) as pipe:
+        asked = []
+        offset = 0
+        for part, length in zip(parts, lengths, strict=True):
+            first, last = max(start - offset, 0), min(start + count - offset, length) - 1
+            if first <= last:
+                part.slice(pipe, first, last)
+                asked.append(part)
+            offset += length
+        replies = pipe.execute(raise_on_error=False) if asked else []
+    ids: list[str] = []
+    for part, members in zip(asked, replies, strict=True):
+        if isinstance(members, list):
+            ids.extend(part.ids(members))
+    return list(dict.fromkeys(ids))  # a job listed twice (it moved while read) once

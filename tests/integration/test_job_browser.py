@@ -1,0 +1,146 @@
+"""The job browser's read side and ``manage.py jobs list / show``: jobs by queue and state, in the
+order a worker takes them, a page of one structure at a time."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_jobs.core import registry
+from django_jobs.ops import browse as jobs_browse
+from django_jobs.store import Store, browse
+from django_jobs.store.browse import Listing
+from django_jobs.store.lifecycle import State
+from django_jobs.testing import run_jobs
+from tests.testapp import jobs
+
+pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
+
+
+def listed(*args: str) -> list[dict[str, str]]:
+    out = io.StringIO()
+    call_command("jobs", "list", "--json", *args, stdout=out)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def claim(store: Store, nonce: str, paused: tuple[str, ...] = ()) -> object:
+    return store.complete_and_claim(
+        ["default"], finished=None, worker_name="host.1", lease_seconds=30, nonce=nonce, finished_ttl=60,
+        limits=registry.limits_json(paused),
+    ).claimed  # fmt: skip
+
+
+def test_ready_jobs_are_listed_in_the_order_a_worker_takes_them(redis_db):
+    low = jobs.record.options(priority=-5).enqueue("low").id
+    plain = [jobs.record.enqueue(f"p{n}").id for n in range(3)]
+    high = jobs.record.options(priority=9).enqueue("high").id
+    higher_first = jobs.record.options(priority=3).enqueue("mid").id
+    rows = listed("--state", "waiting", "--state", "waiting_priority")
+    assert [row["id"] for row in rows] == [high, higher_first, *plain, low]
+    assert {row["state"] for row in rows} == {"waiting", "waiting_priority"}
+    assert all(row["name"] == "tests.record" and row["queue"] == "default" for row in rows)
+
+
+def test_a_page_reads_one_slice_across_the_ready_structures(redis_db):
+    high = [jobs.record.options(priority=1).enqueue(f"h{n}").id for n in range(3)]
+    plain = [jobs.record.enqueue(f"p{n}").id for n in range(1000)]
+    low = [jobs.record.options(priority=-1).enqueue(f"l{n}").id for n in range(3)]
+    everything = high + plain + low
+    for start, count in ((0, 5), (2, 4), (998, 10), (1004, 50), (5000, 10)):
+        page = browse.page(redis_db, "default", Listing.READY, start, count)
+        assert [where.id for where in page.jobs] == everything[start : start + count]
+        assert page.total == 1006
+
+
+def test_each_listed_state_is_found_by_its_name(redis_db):
+    store = Store.of(redis_db)
+    scheduled = jobs.record.options(delay=600).enqueue("later").id
+    running = jobs.record.enqueue("running").id
+    assert claim(store, "n1") is not None
+    first = jobs.per_account.enqueue("A", "first").id
+    assert claim(store, "n2") is not None
+    in_line = jobs.per_account.enqueue("A", "second").id
+    assert claim(store, "n3") is None
+    dead = jobs.permanent.enqueue("dead").id
+    run_jobs()
+    expected = {"scheduled": [scheduled], "running": [running, first], "in_line": [in_line], "dead": [dead]}
+    for state, ids in expected.items():
+        assert sorted(row["id"] for row in listed("--state", state)) == sorted(ids), state
+    everything = listed()
+    assert {row["id"]: row["state"] for row in everything}[in_line] == "in_line"
+    assert {scheduled, running, in_line, dead} <= {row["id"] for row in everything}
+
+
+def test_held_and_parked_jobs_say_who_paused_what(redis_db):
+    store = Store.of(redis_db)
+    store.pause("job", "tests.record", by="ada", reason="")
+    parked = jobs.record.enqueue("parked").id
+    assert claim(store, "n", paused=("tests.record",)) is None
+    store.pause("queue", "default", by="bob", reason="")
+    held = jobs.greet.enqueue("held").id
+    (row,) = listed("--state", "held")
+    assert row["id"] == held and row["detail"] == "queue default paused by bob"
+    (row,) = listed("--state", "parked")
+    assert row["id"] == parked and row["detail"] == "job tests.record paused by ada"
+
+
+def test_name_and_queue_filters_and_the_limit(redis_db):
+    jobs.record.enqueue("a")
+    greet = jobs.greet.enqueue("b").id
+    emails = jobs.record.options(queue="emails").enqueue("c").id
+    assert [row["id"] for row in listed("--name", "tests.greet")] == [greet]
+    assert [row["id"] for row in listed("--queue", "emails")] == [emails]
+    assert len(listed("--limit", "2")) == 2
+
+
+def test_a_look_is_bounded_and_says_how_far_it_went(redis_db):
+    for n in range(30):
+        jobs.record.enqueue(f"r{n}")
+    found = jobs_browse.jobs(["default"], frozenset({State.WAITING}), "tests.greet", limit=5, look=10)
+    assert found.rows == [] and found.looked == 10 and not found.complete
+    out, err = io.StringIO(), io.StringIO()
+    call_command("jobs", "list", "--name", "tests.greet", "--look", "10", stdout=out, stderr=err)
+    assert out.getvalue() == "ID  NAME  QUEUE  STATE  DETAIL\n"
+    assert err.getvalue() == "(read 10 members: more may match; raise --limit or --look)\n"
+
+
+def test_the_table_has_headers_and_one_line_per_job(redis_db):
+    job_id = jobs.record.options(priority=5).enqueue("x").id
+    out = io.StringIO()
+    call_command("jobs", "list", stdout=out)
+    header, line = out.getvalue().splitlines()
+    assert header.split() == ["ID", "NAME", "QUEUE", "STATE", "DETAIL"]
+    assert line.split() == [job_id, "tests.record", "default", "waiting_priority", "priority", "5"]
+
+
+def test_show_prints_the_job_and_why(redis_db):
+    job_id = jobs.permanent.enqueue("x").id
+    run_jobs()
+    out = io.StringIO()
+    call_command("jobs", "show", job_id, stdout=out)
+    lines = dict(line.split(None, 1) for line in out.getvalue().splitlines() if not line.startswith("error"))
+    assert lines["id"] == job_id and lines["name"] == "tests.permanent" and lines["state"] == "dead"
+    assert lines["why"].startswith("dead-lettered at ")
+    assert "\nerror        attempt 1: django_jobs.exceptions.PermanentError: " in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        (["list", "--state", "nope"], "unknown state 'nope'"),
+        (["list", "--state", "finished"], "finished jobs are held by no queue once they ended"),
+        (["list", "--queue", "nope"], "unknown queue 'nope'"),
+        (["list", "--limit", "0"], "0 is out of range"),
+        (["show", "not an id"], "not a job id"),
+        (["show", "nosuchjob"], "No job nosuchjob"),
+        (["why", "nosuchjob"], "No job nosuchjob is known"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_arguments_and_unknown_ids_are_one_line_errors(arguments, says, redis_db):
+    with pytest.raises(CommandError, match=says) as caught:
+        call_command("jobs", *arguments)
+    assert "\n" not in str(caught.value)
