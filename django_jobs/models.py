@@ -85,6 +85,23 @@ class PlainOutboxEntry(OutboxFields):
         default_permissions = ()
 
 
+class Job(models.Model):
+    """The admin's job browser, which has no table: jobs live in Redis, in their lifecycle's
+    structures, and the browser reads them there (``ops.browse``). Its entry in the admin index is
+    this model's; viewing it takes the dead letters' view permission, as the job page does."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        verbose_name = "job"
+        verbose_name_plural = "jobs"
+
+    def __str__(self) -> str:
+        return f"job {self.id}"
+
+
 class IdempotencyKey(models.Model):
     """A side effect that has happened. The unique key is the guard: a second claim inserts nothing."""
 

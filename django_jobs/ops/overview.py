@@ -19,7 +19,7 @@ from django_jobs.core import registry
 from django_jobs.core.connections import queue_configs
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.ops import inspection
-from django_jobs.store import Pause
+from django_jobs.store import Pause, valid_job_id
 from django_jobs.telemetry import stats
 
 #: Scheduled jobs looked at per queue to tell retries (attempt > 0) from delayed jobs.
@@ -88,7 +88,7 @@ def _add(overview: Overview, server: inspection.ServerState) -> None:
             pid=worker.pid,
             state="busy" if worker.job_running else "idle",
             queues=worker.queues,
-            job_id=worker.current_job if worker.job_running else "",
+            job_id=worker.current_job if worker.job_running and valid_job_id(worker.current_job) else "",
             job_name=worker.job_name if worker.job_running else "",
             heartbeat_age=worker.heartbeat_age,
         )

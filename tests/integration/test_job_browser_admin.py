@@ -1,0 +1,97 @@
+"""The job browser in the admin: its own entry in the admin index, a tab per group of states with
+its count, a page of one structure at a time, every job id linked to its page."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from django_jobs.store import Store
+from tests.conftest import wait_for
+from tests.integration.dashboard_support import operator
+from tests.integration.test_job_browser import claim
+from tests.testapp import jobs
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+URL = reverse("admin:django_jobs_job_changelist")
+
+
+def ids_on(html: str) -> list[str]:
+    return re.findall(r'<td><a href="/admin/django_jobs/deadletter/job/([^/]+)/"><code>', html)
+
+
+def test_the_browser_has_its_own_entry_in_the_admin_index(client, redis_db):
+    operator(client, "view_deadletter")
+    index = client.get(reverse("admin:index")).content.decode()
+    assert f'href="{URL}"' in index and ">Jobs<" in index
+
+
+def test_each_tab_counts_its_jobs_and_lists_them_linked_to_their_pages(client, redis_db):
+    store = Store.of(redis_db)
+    running = jobs.record.enqueue("running").id
+    assert claim(store, "n") is not None
+    waiting = [jobs.record.enqueue(f"w{n}").id for n in range(3)]
+    later = jobs.record.options(delay=600).enqueue("later").id
+    operator(client, "view_deadletter")
+    html = client.get(URL).content.decode()
+    assert "ready (3)" in html and "scheduled (1)" in html and "running (1)" in html
+    assert ids_on(html) == waiting
+    html = client.get(URL + "?queue=default&tab=scheduled").content.decode()
+    assert ids_on(html) == [later] and "due 20" in html
+    html = client.get(URL + "?queue=default&tab=running").content.decode()
+    assert ids_on(html) == [running] and "on host.1, attempt 1" in html
+    assert client.get(reverse("admin:django_jobs_deadletter_job", args=[running])).status_code == 200
+
+
+def test_pages_follow_one_another(client, redis_db):
+    ids = [jobs.record.enqueue(f"r{n}").id for n in range(120)]
+    operator(client, "view_deadletter")
+    first = client.get(URL).content.decode()
+    assert ids_on(first) == ids[:50] and "Jobs 1 to 50 of 120" in first
+    second = client.get(URL + "?queue=default&tab=ready&start=50").content.decode()
+    assert ids_on(second) == ids[50:100] and "?queue=default&amp;tab=ready&amp;start=0" in second
+    last = client.get(URL + "?queue=default&tab=ready&start=100").content.decode()
+    assert ids_on(last) == ids[100:] and "next &rsaquo;" not in last
+
+
+def test_a_keys_value_is_shown_only_with_the_payload_permission(client, redis_db):
+    store = Store.of(redis_db)
+    jobs.per_account.enqueue("tenant-7", "first")
+    assert claim(store, "n1") is not None
+    jobs.per_account.enqueue("tenant-7", "second")
+    assert claim(store, "n2") is None
+    operator(client, "view_deadletter")
+    html = client.get(URL + "?tab=in_line").content.decode()
+    assert "behind its key, 0 ahead" in html and "tenant-7" not in html
+    operator(client, "view_deadletter", "view_deadletter_payload", username="payload-op")
+    assert "behind tenant-7, 0 ahead" in client.get(URL + "?tab=in_line").content.decode()
+
+
+def test_bad_query_values_fall_back_and_say_so(client, redis_db):
+    operator(client, "view_deadletter")
+    html = client.get(URL + "?queue=nope&tab=nope&start=-1").content.decode()
+    assert "No queue &#x27;nope&#x27; in RQ_QUEUES." in html and "No tab &#x27;nope&#x27;" in html
+    assert "start must be a whole number" in html and "ready (0)" in html
+
+
+def test_without_the_view_permission_the_browser_is_refused(client, redis_db):
+    operator(client)
+    assert client.get(URL).status_code == 403
+    index = client.get(reverse("admin:index")).content.decode()
+    assert f'href="{URL}"' not in index
+
+
+def test_the_overviews_counts_link_to_the_browser_and_a_running_job_to_its_page(client, redis_db, runjobs):
+    jobs.record.options(queue="emails").enqueue("waiting")
+    runjobs("default", "--concurrency", "1")
+    busy = jobs.polite.enqueue("busy", 10).id  # running across a heartbeat, which records it
+    operator(client, "view_deadletter", "view_queue_overview")
+    overview = reverse("admin:django_jobs_overview")
+    job_link = f'href="{reverse("admin:django_jobs_deadletter_job", args=[busy])}"'
+    html = wait_for(lambda: (page := client.get(overview).content.decode()) and job_link in page and page)
+    assert f'href="{URL}?queue=emails&amp;tab=ready">1</a>' in html
+    for tab in ("running", "scheduled", "in_line", "parked"):
+        assert f'href="{URL}?queue=default&amp;tab={tab}">' in html
