@@ -67,8 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--setups",
         default="fast,two-servers,replicated,ledger",
-        help="comma-separated setups of the setups section (fast, two-servers, replicated, ledger): "
-        "throughput, enqueue cost and latency in each, side by side with fast on one server",
+        help="comma-separated setups of the setups section (fast, two-servers, replicated, ledger, "
+        "no-history): throughput, enqueue cost and latency in each, side by side with fast on one server",
     )
     parser.add_argument(
         "--fairness",

@@ -4,7 +4,8 @@
 * ``BENCH_DB``          ``sqlite`` (default) or ``postgres``;
 * ``BENCH_SQLITE_PATH`` the SQLite file, in the harness's temporary directory;
 * ``BENCH_PG_NAME``     the PostgreSQL database (default ``django_jobs_bench``);
-* ``BENCH_DURABILITY``, ``BENCH_SECOND_REDIS_URL``  the setup being measured (``benchmarks/setups.py``);
+* ``BENCH_DURABILITY``, ``BENCH_SECOND_REDIS_URL``, ``BENCH_HISTORY``  the setup being measured
+  (``benchmarks/setups.py``);
 * ``BENCH_FAIRNESS``    set: ``runjobs`` also imports the fairness benchmark's jobs.
 """
 
@@ -81,7 +82,7 @@ if os.environ.get("BENCH_SECOND_REDIS_URL"):  # the "two-servers" setup: a queue
     }
 
 # django_jobs' defaults, except that dead letters are only logged (and ``--lease-seconds``).
-JOBS: dict[str, Any] = {"ALERT_HOOKS": []}
+JOBS: dict[str, Any] = {"ALERT_HOOKS": [], "HISTORY": os.environ.get("BENCH_HISTORY", "1") != "0"}
 if os.environ.get("BENCH_DURABILITY"):
     JOBS["DEFAULT_DURABILITY"] = os.environ["BENCH_DURABILITY"]
 if os.environ.get("BENCH_LEASE_SECONDS"):

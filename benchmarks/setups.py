@@ -6,7 +6,9 @@ side with "fast" on one server, in the same process tree.
   both; every measure spreads its jobs evenly over the two (enqueues alternate between them);
 * ``replicated``: one Redis with a replica on this machine, so its figure is the cost of ``WAIT`` on
   a fast link (the replica is started for this setup only);
-* ``ledger``: one Redis, every job's outbox row kept until the job has finished.
+* ``ledger``: one Redis, every job's outbox row kept until the job has finished;
+* ``no-history``: ``ledger`` (the default level) with ``JOBS["HISTORY"]`` off: against ``ledger``, what
+  the history of ended jobs costs.
 
 Each setup measures ``runjobs --concurrency 2`` throughput, enqueue one by one (no transaction),
 enqueue in one transaction and the enqueue-to-start latency of an idle ``runjobs``. The benchmark
@@ -25,7 +27,7 @@ from typing import Any
 
 from .infra import PrivateRedis, free_port, wait_until
 
-SETUPS = ("fast", "two-servers", "replicated", "ledger")
+SETUPS = ("fast", "two-servers", "replicated", "ledger", "no-history")
 SECOND = "second"
 
 
@@ -61,9 +63,10 @@ def setup(bench: Any, env: dict[str, str], name: str) -> Iterator[None]:
     from .scenarios import QUEUE  # needs Django set up
 
     saved_jobs, saved_queues = settings.JOBS, settings.RQ_QUEUES
-    level = "fast" if name == "two-servers" else name
-    settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": level}
+    level = {"two-servers": "fast", "no-history": "ledger"}.get(name, name)
+    settings.JOBS = {**settings.JOBS, "DEFAULT_DURABILITY": level, "HISTORY": name != "no-history"}
     env["BENCH_DURABILITY"] = level
+    env["BENCH_HISTORY"] = "0" if name == "no-history" else "1"
     with contextlib.ExitStack() as stack:
         if name == "replicated":
             stack.enter_context(replica_of(bench.redis, bench.workdir))
@@ -78,6 +81,7 @@ def setup(bench: Any, env: dict[str, str], name: str) -> Iterator[None]:
         finally:
             settings.JOBS, settings.RQ_QUEUES = saved_jobs, saved_queues
             env.pop("BENCH_DURABILITY", None)
+            env.pop("BENCH_HISTORY", None)
             env.pop("BENCH_SECOND_REDIS_URL", None)
             bench.servers = {QUEUE: bench.redis}
 
@@ -130,11 +134,14 @@ def _ratio(value: float, base: float) -> str:
 
 
 def render(out: dict[str, Any], sizes: Any) -> str:
-    """One row per setup, each measure with its ratio to "fast" (on one server) beside it."""
-    base = out.get("fast", next(iter(out.values())))
+    """One row per setup, each measure with its ratio to "fast" (on one server; else the first setup
+    run) beside it."""
+    first = "fast" if "fast" in out else next(iter(out))
+    base = out[first]
     lines = [
-        f"| setup | runjobs c=2 (jobs/s) | vs fast | enqueue one by one (µs/job; round trips) | vs fast | "
-        f"enqueue {sizes.enqueue_tx:,} in one atomic() (s) | vs fast | enqueue → start p50 / p99 (ms) |",
+        f"| setup | runjobs c=2 (jobs/s) | vs {first} | enqueue one by one (µs/job; round trips) | "
+        f"vs {first} | enqueue {sizes.enqueue_tx:,} in one atomic() (s) | vs {first} | "
+        "enqueue → start p50 / p99 (ms) |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, row in out.items():

@@ -103,6 +103,11 @@ class JobsSettings:
     # Seconds a batch that ended (and whose callbacks ran or were skipped) is kept, with its members and
     # callbacks, before runjobs deletes it.
     BATCH_RETENTION: float = 30 * 24 * 3600
+    # Keep a row per ended job (succeeded, dead, cancelled, expired) in the database, for the job
+    # browser's history: written in bulk at most once a second per process.
+    HISTORY: bool = True
+    # Seconds a history row is kept before runjobs deletes it (in batches).
+    HISTORY_RETENTION: float = 3 * 24 * 3600
 
     def durability(self, queue: str) -> str:
         """The durability level of ``queue``'s enqueues."""

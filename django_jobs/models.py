@@ -102,6 +102,36 @@ class Job(models.Model):
         return f"job {self.id}"
 
 
+class JobHistory(models.Model):
+    """A job that ended (succeeded, dead-lettered, cancelled or expired), kept after Redis lets its
+    record go (``FINISHED_TTL``) for ``JOBS["HISTORY_RETENTION"]`` seconds: the browser's history.
+
+    Written in bulk, off the hot path: each process buffers the rows of the jobs it ended and writes
+    them at most once a second (``telemetry.history``); maintenance deletes expired rows in batches.
+    """
+
+    job_id = models.CharField(max_length=64, unique=True)
+    job_name = models.CharField(max_length=200, db_index=True)
+    queue = models.CharField(max_length=100)
+    state = models.CharField(max_length=20, help_text="Its ended state, as `manage.py jobs` names states.")
+    attempts = models.PositiveIntegerField(default=0)
+    duration = models.FloatField(null=True, blank=True, help_text="Seconds its last attempt ran, if it ran.")
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(db_index=True)
+    worker = models.CharField(max_length=200, blank=True)
+    errors = models.JSONField(default=list, blank=True, help_text="One entry per failed attempt.")
+    data = models.TextField(blank=True, help_text="The JSON payload: shown with the payload permission only.")
+
+    class Meta:
+        verbose_name = "finished job"
+        verbose_name_plural = "history"
+        default_permissions = ()
+        indexes = [models.Index(fields=["queue", "state", "-ended_at"], name="djjobs_history_listing")]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} {self.job_id}"
+
+
 class IdempotencyKey(models.Model):
     """A side effect that has happened. The unique key is the guard: a second claim inserts nothing."""
 

@@ -11,15 +11,17 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
+from redis import Redis
 from redis.exceptions import RedisError
 
 from django_jobs.core.connections import get_connection, queue_configs
 from django_jobs.failures import deadletter
-from django_jobs.models import DeadLetter, Job
+from django_jobs.models import DeadLetter, Job, JobHistory
 from django_jobs.ops import browse
 from django_jobs.store import browse as pages
 from django_jobs.store.browse import Listing
@@ -27,6 +29,8 @@ from django_jobs.store.browse import Listing
 #: Jobs per page.
 PER_PAGE = 50
 TABS = [(listing, listing.name.lower().replace("_", " ")) for listing in Listing]
+#: The tab of the jobs that ended, read from the history table rather than from Redis.
+HISTORY = "history"
 
 
 @admin.register(Job)
@@ -70,30 +74,41 @@ class JobBrowser(admin.ModelAdmin[Job]):
         for listing, label in TABS:
             total = pages.page(connection, asked.queue, listing, 0, 0).total
             tabs.append((label, total, asked.link(tab=listing.name.lower(), start=0), listing is asked.tab))
-        page = pages.page(connection, asked.queue, asked.tab, asked.start, PER_PAGE)
-        rows = [browse.Row(w.id, w.record.name, w.record.queue, w.state, w) for w in page.jobs]
-        if asked.tab in (Listing.LOST, Listing.DYING):  # one set per server: this queue's only
-            rows = [row for row in rows if row.queue == asked.queue]
-        end = asked.start + len(page.jobs)
+        ended = JobHistory.objects.filter(queue=asked.queue).order_by("-ended_at")
+        tabs.append((HISTORY, ended.count(), asked.link(tab=HISTORY, start=0), asked.tab == HISTORY))
+        rows, total = self._rows(connection, asked, ended)
+        end = asked.start + len(rows)
         return {
             "tabs": tabs,
             "rows": [(row, row.detail(show_key), _job_url(row.id)) for row in rows],
-            "total": page.total,
-            "first": asked.start + 1 if page.jobs else asked.start,
+            "total": total,
+            "first": asked.start + 1 if rows else asked.start,
             "last": end,
             "previous": asked.link(start=max(asked.start - PER_PAGE, 0)) if asked.start else "",
-            "next": asked.link(start=end) if end < page.total else "",
+            "next": asked.link(start=end) if end < total else "",
             "dead": DeadLetter.objects.filter(queue=asked.queue, status=DeadLetter.Status.OPEN).count(),
             "dead_url": reverse("admin:django_jobs_deadletter_changelist")
             + "?"
             + urlencode({"queue": asked.queue}),
         }
 
+    @staticmethod
+    def _rows(connection: Redis, asked: _Asked, ended: QuerySet[JobHistory]) -> tuple[list[browse.Row], int]:
+        """The page's rows, from the tab's Redis structures or from the history; and the tab's total."""
+        if not isinstance(asked.tab, Listing):  # the history
+            found = ended[asked.start : asked.start + PER_PAGE]
+            return [browse.Row.of_past(past) for past in found], ended.count()
+        page = pages.page(connection, asked.queue, asked.tab, asked.start, PER_PAGE)
+        rows = [browse.Row(w.id, w.record.name, w.record.queue, w.state, w) for w in page.jobs]
+        if asked.tab in (Listing.LOST, Listing.DYING):  # one set per server: this queue's only
+            rows = [row for row in rows if row.queue == asked.queue]
+        return rows, page.total
+
 
 class _Asked:
     """The browser's query string, checked: a bad value falls back to the default and says so."""
 
-    def __init__(self, queue: str, tab: Listing, start: int, problem: str) -> None:
+    def __init__(self, queue: str, tab: Listing | str, start: int, problem: str) -> None:
         self.queue, self.tab, self.start, self.problem = queue, tab, start, problem
 
     @classmethod
@@ -103,7 +118,8 @@ class _Asked:
         if queue not in queues:
             problems.append(f"No queue {queue[:100]!r} in RQ_QUEUES.")
             queue = queues[0] if queues else ""
-        tabs = {listing.name.lower(): listing for listing in Listing}
+        tabs: dict[str, Listing | str] = {listing.name.lower(): listing for listing in Listing}
+        tabs[HISTORY] = HISTORY
         tab = tabs.get(request.GET.get("tab", "ready"))
         if tab is None:
             problems.append(f"No tab {request.GET.get('tab', '')[:40]!r}: one of {', '.join(tabs)}.")
@@ -115,7 +131,8 @@ class _Asked:
         return cls(queue, tab, int(start), " ".join(problems))
 
     def link(self, **changes: Any) -> str:
-        query = {"queue": self.queue, "tab": self.tab.name.lower(), "start": self.start, **changes}
+        tab = self.tab.name.lower() if isinstance(self.tab, Listing) else self.tab
+        query = {"queue": self.queue, "tab": tab, "start": self.start, **changes}
         return "?" + urlencode(query)
 
 

@@ -17,7 +17,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.core import cancellation, results
 from django_jobs.exceptions import JobDoesNotExist
 from django_jobs.failures import redaction, retrying
-from django_jobs.models import BatchMember, DeadLetter
+from django_jobs.models import BatchMember, DeadLetter, JobHistory
 from django_jobs.ops import why
 from django_jobs.store import CancelResult, valid_job_id
 
@@ -49,7 +49,8 @@ class JobPages:
         return HttpResponseRedirect(reverse("admin:django_jobs_deadletter_job", args=[job_id]))
 
     def job_view(self: _Admin, request: HttpRequest, job_id: str) -> HttpResponse:
-        """Any job by id: its record in Redis, its outbox row, the dead letters and batch it links to."""
+        """Any job by id: its record in Redis (or its history row, once Redis let it go), why it is
+        where it is, the dead letters and batch it links to."""
         self._require(self.has_view_permission(request))
         if not valid_job_id(job_id):
             raise Http404("Not a job id.")
@@ -72,6 +73,7 @@ class JobPages:
         except JobDoesNotExist:
             explained = ""
         member = BatchMember.objects.filter(job_id=job_id).select_related("batch").first()
+        past = JobHistory.objects.filter(job_id=job_id).first() if state is None else None
         if not (explained or error or origin or died or member):
             raise Http404(f"No job {job_id} is known: never enqueued, or its record expired.")
         return self._render(
@@ -85,6 +87,7 @@ class JobPages:
             state=state,
             error=error,
             why=explained,
+            past=past,
             finished_ttl=jobs_settings.FINISHED_TTL,
             can_cancel=request.user.has_perm(CANCEL_PERMISSION),
             can_retry=request.user.has_perm(RETRY_PERMISSION),

@@ -8,6 +8,7 @@ A running job cannot be stopped from outside without killing its process, so it 
 code may poll :func:`cancel_requested` and raise ``JobCancelled``, and its supervisor kills it once
 it has ignored the request for ``JOBS["CANCEL_GRACE"]`` seconds.
 Either way the attempt ends with the outcome ``cancelled``: never retried, never dead-lettered.
+A job cancelled while waiting gets its history row at once; a running one's comes with its attempt's end.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from redis.exceptions import RedisError
 from django_jobs.conf import jobs_settings
 from django_jobs.core.context import current
 from django_jobs.store import CancelResult, Store, valid_job_id
+from django_jobs.store.lifecycle import State
+from django_jobs.telemetry import history
 
 logger = logging.getLogger("django_jobs")
 
@@ -47,9 +50,12 @@ def cancel(job_id: str, *, queue: str | None = None) -> CancelResult:
             f"Job id {str(job_id)[:100]!r} is not valid: letters, digits, _ and -, 1 to 64 of them."
         )
     for connection in servers(queue):
-        result = Store.of(connection).cancel(job_id, jobs_settings.FINISHED_TTL)
+        store = Store.of(connection)
+        result = store.cancel(job_id, jobs_settings.FINISHED_TTL)
         if result is CancelResult.CANCELLED:
             forget_ended([job_id])
+            history.keep(history.row(store.record(job_id), State.CANCELLED))
+            history.flush(every=0)
         if result is not CancelResult.NOT_FOUND:
             return result
     return CancelResult.NOT_FOUND

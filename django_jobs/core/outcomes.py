@@ -30,7 +30,8 @@ from django_jobs.signals import (
     job_succeeded,
 )
 from django_jobs.store import Claimed, Scope, Settled, Store
-from django_jobs.telemetry import metrics, stats
+from django_jobs.store.lifecycle import State
+from django_jobs.telemetry import history, metrics, stats
 from django_jobs.telemetry.logs import log_outcome
 
 logger = logging.getLogger("django_jobs.worker")
@@ -200,6 +201,28 @@ def record(event: AttemptEnded) -> None:
         stats.record(event.name, event.outcome.value, event.queue)
 
 
+#: The ended state a job is in once an attempt ended this way (a failure ends it when it is buried).
+_ENDS = {Outcome.SUCCESS: State.FINISHED, Outcome.CANCELLED: State.CANCELLED, Outcome.EXPIRED: State.EXPIRED}
+
+
+def keep(event: AttemptEnded) -> None:
+    """The job's row in the history, if this attempt ended the job; as for the counts, none for an
+    attempt a test mode ran in memory."""
+    state = State.DEAD if event.bury else _ENDS.get(event.outcome)
+    if state is None or not isinstance(event.store, Store):
+        return
+    claimed = event.claimed
+    found = history.row(
+        claimed.record,
+        state,
+        attempts=event.attempt,
+        duration=event.duration,
+        worker=claimed.worker,
+        errors=event.history,
+    )
+    history.keep(found)
+
+
 def log(event: AttemptEnded) -> None:
     """The one log line per attempt; a snooze says how long the job waits, not an error."""
     if event.outcome is Outcome.SNOOZED:
@@ -213,5 +236,6 @@ REPORTING: tuple[tuple[str, Subscriber], ...] = (
     ("Sending the job's signals", notify),
     ("Counting an outcome", count),
     ("Recording an outcome", record),
+    ("Keeping the job's history", keep),
     ("Logging an outcome", log),
 )

@@ -13,15 +13,17 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from django_jobs.core.connections import get_connection
-from django_jobs.models import DeadLetter
+from django_jobs.models import DeadLetter, JobHistory
 from django_jobs.store import browse, read
 from django_jobs.store.browse import LISTED, Listing
 from django_jobs.store.lifecycle import F, State
 
 #: The names the state filters take: each lifecycle state's name, lower-cased ("waiting", "in_line").
 STATE_NAMES: dict[str, State] = {state.name.lower(): state for state in State}
-#: States held by no structure once the job ended: its record expires after ``FINISHED_TTL``.
-UNLISTED = frozenset(set(State) - set(LISTED) - {State.DEAD})
+#: Ended states, listed from the history (``JOBS["HISTORY"]``); dead jobs from their dead letters.
+PAST = frozenset({State.FINISHED, State.CANCELLED, State.EXPIRED})
+#: States no listing shows: a replaced job's tombstone, a vanished id (``jobs_health`` counts them).
+UNLISTED = frozenset(set(State) - set(LISTED) - PAST - {State.DEAD})
 #: Members read per round trip while looking for the jobs that pass a filter.
 PAGE = 500
 
@@ -36,6 +38,12 @@ class Row:
     state: State | None
     where: read.Where | None = None
     letter: DeadLetter | None = None
+    past: JobHistory | None = None
+
+    @classmethod
+    def of_past(cls, past: JobHistory) -> Row:
+        """The row of a job that ended, from its history row."""
+        return cls(past.job_id, past.job_name, past.queue, STATE_NAMES.get(past.state), past=past)
 
     @property
     def state_name(self) -> str:
@@ -46,6 +54,9 @@ class Row:
         where, state = self.where, self.state
         if self.letter is not None:
             return f"{self.letter.reason}: {self.letter.exception}"
+        if self.past is not None:
+            took = f", ran {self.past.duration:.3f} s" if self.past.duration is not None else ""
+            return f"ended {self.past.ended_at:%Y-%m-%d %H:%M:%S} UTC, attempt {self.past.attempts}{took}"
         if where is None:
             return ""
         if state in (State.SCHEDULED, State.RETRYING, State.SNOOZED) and where.due is not None:
@@ -84,7 +95,13 @@ def jobs(
                 complete = complete and not more
                 if len(rows) >= limit:
                     return Found(rows[:limit], looked, complete=False)
-    if State.DEAD in states:
+    past = [state.name.lower() for state in PAST & states]
+    if past and len(rows) < limit:
+        ended = JobHistory.objects.filter(queue__in=queues, state__in=past).order_by("-ended_at")
+        if name:
+            ended = ended.filter(job_name=name)
+        rows += [Row.of_past(row) for row in ended[: limit - len(rows)]]
+    if State.DEAD in states and len(rows) < limit:
         letters = DeadLetter.objects.filter(queue__in=queues).order_by("-created_at")
         if name:
             letters = letters.filter(job_name=name)

@@ -20,7 +20,7 @@ from django_jobs.conf import LEDGER, jobs_settings
 from django_jobs.core import connections, registry
 from django_jobs.core.results import JobState
 from django_jobs.exceptions import JobDoesNotExist, JobNotFound
-from django_jobs.models import DeadLetter, OutboxEntry, outbox_aliases
+from django_jobs.models import DeadLetter, JobHistory, OutboxEntry, outbox_aliases
 from django_jobs.store import read, valid_job_id
 from django_jobs.store.lifecycle import F, State
 from django_jobs.store.model import Pause
@@ -132,14 +132,28 @@ def _running(job: JobState, where: read.Where, seen: Seen) -> str:
 Sentence = Callable[[JobState, read.Where, "Seen"], str]
 
 
-def _ended(how: str) -> Sentence:
-    """The sentence of an ended state: the state's name, when, and ``how``."""
+#: What an ended state means for the job, after "<state> at <when>".
+_HOW = {
+    State.FINISHED: "it ran to success",
+    State.CANCELLED: "it will not run again",
+    State.EXPIRED: "it had not started by its expiry, so it was dropped unrun",
+}
 
-    def ended(job: JobState, where: read.Where, seen: Seen) -> str:
-        at = f" at {_time(job.finished_at.timestamp())}" if job.finished_at else ""
-        return f"{where.state.value if where.state else ''}{at}{how}"
 
-    return ended
+def _ended(job: JobState, where: read.Where, seen: Seen) -> str:
+    """An ended state's sentence: the state's name, when, and what it means."""
+    state = where.state or State.FINISHED
+    at = f" at {_time(job.finished_at.timestamp())}" if job.finished_at else ""
+    return f"{state.value}{at}: {_HOW[state]}"
+
+
+def _past(row: JobHistory) -> str:
+    """The sentence of a job Redis let go, from its history row."""
+    state = State.__members__.get(row.state.upper(), State.FINISHED)
+    how = _HOW.get(state, _requeue)
+    return (
+        f"{state.value} at {_time(row.ended_at.timestamp())} after {_count(row.attempts, 'attempt')}: {how}"
+    )
 
 
 def _dead(job: JobState, where: read.Where, seen: Seen) -> str:
@@ -176,10 +190,10 @@ _SENTENCES: dict[State, Sentence] = {
     State.VANISHED: lambda job, where, seen: (
         "its record was lost from Redis (evicted or flushed): its dead letter is being written"
     ),
-    State.FINISHED: _ended(": it ran to success"),
+    State.FINISHED: _ended,
     State.DEAD: _dead,
-    State.CANCELLED: _ended(": it will not run again"),
-    State.EXPIRED: _ended(": it had not started by its expiry, so it was dropped unrun"),
+    State.CANCELLED: _ended,
+    State.EXPIRED: _ended,
     State.REPLACED: _replaced,
 }
 
@@ -208,6 +222,9 @@ def why(job_id: str, *, queue: str | None = None, show_key: bool = True) -> str:
             return sentence(JobState.from_record(where.record, where), where, seen)
         if where.state is State.VANISHED:
             return _SENTENCES[State.VANISHED](JobState.from_record(where.record, where), where, Seen(_nobody))
+    past = JobHistory.objects.filter(job_id=job_id).first()
+    if past is not None and past.state != State.DEAD.name.lower():  # a dead letter says more
+        return _past(past)
     letter = _dead_letter(job_id)
     if letter is not None:
         return f"dead-lettered at {_time(letter.created_at.timestamp())} ({letter.reason}): {_requeue}"

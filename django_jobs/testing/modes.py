@@ -17,7 +17,7 @@ from django_jobs.core import execution, registry
 from django_jobs.core.connections import by_server, get_connection, home, queue_configs
 from django_jobs.flow.pausing import Held
 from django_jobs.store import Finished, Store
-from django_jobs.telemetry import stats
+from django_jobs.telemetry import history, stats
 
 __all__ = ["Captured", "CapturedJob", "capture_jobs", "immediate_jobs", "run_jobs"]
 
@@ -62,6 +62,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000) -> int
     for names in by_server(list(queues or queue_configs())):
         ran += _run_server(Store.of(get_connection(names[0])), names, limit - ran, caller)
     stats.flush(home, every=0)
+    history.flush(every=0)
     return ran
 
 

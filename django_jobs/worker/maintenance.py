@@ -24,7 +24,7 @@ from django_jobs.worker.duties.batches import BatchSweep
 from django_jobs.worker.duties.cron import Cron
 from django_jobs.worker.duties.dying import Dying
 from django_jobs.worker.duties.parked import Parked
-from django_jobs.worker.duties.prunes import BatchPrune, KeyPrune
+from django_jobs.worker.duties.prunes import BatchPrune, HistoryPrune, KeyPrune
 from django_jobs.worker.duties.reaper import Reaper
 from django_jobs.worker.duties.relay import Relay
 from django_jobs.worker.duties.structures import Structures
@@ -59,6 +59,7 @@ class Maintenance:
             BatchSweep(scope),
             KeyPrune(scope),
             BatchPrune(scope),
+            HistoryPrune(scope),
             Alerts(scope),
             self.cron,
         ]

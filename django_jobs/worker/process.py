@@ -27,7 +27,7 @@ from django_jobs.core import execution, tracing
 from django_jobs.core.outcomes import AttemptEnded
 from django_jobs.flow.pausing import Held, Plan
 from django_jobs.store import Claimed, Finished, Store, wake_key
-from django_jobs.telemetry import stats
+from django_jobs.telemetry import history, stats
 from django_jobs.worker import rerun
 from django_jobs.worker.guard import ClaimBoard
 from django_jobs.worker.protocol import WIRE, Mark, encode_started
@@ -158,6 +158,7 @@ class WorkProcess:
             one.finished = self._attempt(one.store, claimed, sent)
             done += 1
             stats.flush(where)
+            history.flush()
             if self.max_jobs and done >= self.max_jobs:
                 self.stopping = True
 
@@ -201,6 +202,7 @@ class WorkProcess:
         if not pending:
             self._report(_DONE)
         stats.flush(where, every=0)
+        history.flush(every=0)
         if stopping:
             if not pending:
                 return True

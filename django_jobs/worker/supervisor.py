@@ -26,7 +26,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.core import execution, outcomes, registry, tracing
 from django_jobs.exceptions import JobCancelled, JobTimeout, WorkerLost
 from django_jobs.store import Claimed, Finished, Settled, Store, keys, rq_timestamp, split_token
-from django_jobs.telemetry import metrics, stats
+from django_jobs.telemetry import history, metrics, stats
 from django_jobs.telemetry.logs import redis_location
 from django_jobs.worker.duties.base import guarded
 from django_jobs.worker.guard import ClaimBoard, Heartbeat, LeaseGuard
@@ -151,6 +151,7 @@ class Supervisor:
                     os.close(slot.fd)
                 die_with_parent()
                 stats.forget()
+                history.forget()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 work = WorkProcess(
                     self.servers,
@@ -497,6 +498,7 @@ class Supervisor:
                 except RedisError as exc:
                     shard.reach.failed(exc)
         stats.flush(self._stats_target)
+        history.flush()
 
     def _stats_target(self, queue: str) -> Redis | None:
         """Where the outcome counts of ``queue`` go now: its server, unless that one is set aside."""

@@ -3,18 +3,26 @@ order a worker takes them, a page of one structure at a time."""
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import transaction
+from django.forms.models import model_to_dict
+from django.utils import timezone
 
+import django_jobs
 from django_jobs.core import registry
+from django_jobs.models import JobHistory
 from django_jobs.ops import browse as jobs_browse
 from django_jobs.store import Store, browse
 from django_jobs.store.browse import Listing
 from django_jobs.store.lifecycle import State
+from django_jobs.telemetry import history
 from django_jobs.testing import run_jobs
+from tests.conftest import wait_for
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
@@ -116,6 +124,77 @@ def test_the_table_has_headers_and_one_line_per_job(redis_db):
     assert line.split() == [job_id, "tests.record", "default", "waiting_priority", "priority", "5"]
 
 
+def test_ended_jobs_are_listed_from_the_history_newest_first(redis_db):
+    first = jobs.record.enqueue("a").id
+    run_jobs()
+    second = jobs.record.enqueue("b").id
+    cancelled = jobs.record.enqueue("c")
+    cancelled.cancel()
+    run_jobs()
+    rows = listed("--state", "finished")
+    assert [row["id"] for row in rows] == [second, first]
+    assert [row["id"] for row in listed("--state", "cancelled")] == [cancelled.id]
+    assert rows[0]["detail"].startswith("ended 20") and ", attempt 1, ran 0.0" in rows[0]["detail"]
+    redis_db.flushdb()  # past FINISHED_TTL: the history still has them
+    assert [row["id"] for row in listed("--state", "finished")] == [second, first]
+    assert django_jobs.why(first).startswith("finished at ")
+    assert django_jobs.why(first).endswith("after 1 attempt: it ran to success")
+
+
+def test_a_job_that_ends_twice_keeps_its_first_row_and_the_history_can_be_off(redis_db, settings):
+    job_id = jobs.record.enqueue("a").id
+    run_jobs()
+    (row,) = JobHistory.objects.filter(job_id=job_id)
+    history.keep({**model_to_dict(row, exclude=["id"]), "state": "dead"})
+    history.flush(every=0)
+    assert JobHistory.objects.get(job_id=job_id).state == "finished"
+    settings.JOBS = {**settings.JOBS, "HISTORY": False}
+    off = jobs.record.enqueue("b").id
+    run_jobs()
+    assert not JobHistory.objects.filter(job_id=off).exists()
+
+
+def test_runjobs_writes_the_history_of_the_jobs_it_ends(redis_db, runjobs):
+    runjobs("default", "--concurrency", "2")
+    ids = [jobs.record.enqueue(f"r{n}").id for n in range(20)]
+    wait_for(lambda: JobHistory.objects.filter(job_id__in=ids, state="finished").count() == 20)
+
+
+def test_a_row_the_database_refuses_is_dropped_without_holding_back_the_others(redis_db):
+    job_id = jobs.record.enqueue("a").id
+    run_jobs()
+    good = model_to_dict(JobHistory.objects.get(job_id=job_id), exclude=["id"])
+    JobHistory.objects.all().delete()
+    with transaction.atomic():  # a caller's transaction (a test's, run_jobs in it) stays usable
+        history.keep({**good, "job_id": "refused", "ended_at": None})  # NOT NULL; SQLite skips it
+        history.keep(good)
+        history.flush(every=0)
+        assert list(JobHistory.objects.values_list("job_id", flat=True)) == [job_id]
+    history.flush(every=0)  # nothing left to retry
+    assert JobHistory.objects.count() == 1
+
+
+def test_the_history_keeps_what_a_job_did(redis_db):
+    dead = jobs.permanent.enqueue("d").id
+    run_jobs()
+    row = JobHistory.objects.get(job_id=dead)
+    assert (row.job_name, row.queue, row.state, row.attempts) == ("tests.permanent", "default", "dead", 1)
+    assert row.errors[0]["exception"] == "django_jobs.exceptions.PermanentError"
+    assert row.duration is not None and row.enqueued_at <= row.ended_at
+    assert json.loads(row.data)[2] == ["d"] and row.worker == "django_jobs.testing"
+
+
+def test_maintenance_prunes_the_history_past_its_retention_in_batches(redis_db, settings):
+    for n in range(5):
+        jobs.record.enqueue(f"r{n}")
+    run_jobs()
+    JobHistory.objects.update(ended_at=timezone.now() - dt.timedelta(days=4))
+    kept = jobs.record.enqueue("fresh").id
+    run_jobs()
+    assert history.prune(batch=2) == 5
+    assert list(JobHistory.objects.values_list("job_id", flat=True)) == [kept]
+
+
 def test_show_prints_the_job_and_why(redis_db):
     job_id = jobs.permanent.enqueue("x").id
     run_jobs()
@@ -131,7 +210,7 @@ def test_show_prints_the_job_and_why(redis_db):
     ("arguments", "says"),
     [
         (["list", "--state", "nope"], "unknown state 'nope'"),
-        (["list", "--state", "finished"], "finished jobs are held by no queue once they ended"),
+        (["list", "--state", "replaced"], "replaced jobs are not listed: look one up by id"),
         (["list", "--queue", "nope"], "unknown queue 'nope'"),
         (["list", "--limit", "0"], "0 is out of range"),
         (["show", "not an id"], "not a job id"),

@@ -9,6 +9,7 @@ import pytest
 from django.urls import reverse
 
 from django_jobs.store import Store
+from django_jobs.testing import run_jobs
 from tests.conftest import wait_for
 from tests.integration.dashboard_support import operator
 from tests.integration.test_job_browser import claim
@@ -95,3 +96,21 @@ def test_the_overviews_counts_link_to_the_browser_and_a_running_job_to_its_page(
     assert f'href="{URL}?queue=emails&amp;tab=ready">1</a>' in html
     for tab in ("running", "scheduled", "in_line", "parked"):
         assert f'href="{URL}?queue=default&amp;tab={tab}">' in html
+
+
+def test_the_history_tab_and_the_job_page_show_jobs_redis_let_go(client, redis_db):
+    done = [jobs.record.enqueue(f"d{n}").id for n in range(3)]
+    dead = jobs.permanent.enqueue("dead").id
+    run_jobs()
+    redis_db.flushdb()  # past FINISHED_TTL
+    operator(client, "view_deadletter")
+    html = client.get(URL + "?tab=history").content.decode()
+    assert "history (4)" in html and sorted(ids_on(html)) == sorted([*done, dead])
+    page = client.get(reverse("admin:django_jobs_deadletter_job", args=[dead])).content.decode()
+    assert (
+        "(from the history: Redis let its record go)" in page
+        and "django_jobs.exceptions.PermanentError" in page
+    )
+    assert "dead-lettered at " in page  # why: its dead letter
+    page = client.get(reverse("admin:django_jobs_deadletter_job", args=[done[0]])).content.decode()
+    assert "after 1 attempt: it ran to success" in page

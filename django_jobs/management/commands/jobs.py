@@ -26,9 +26,7 @@ def _state(text: str) -> str:
     if text not in STATE_NAMES:
         raise argparse.ArgumentTypeError(f"unknown state {text[:40]!r} (one of: {', '.join(STATE_NAMES)})")
     if STATE_NAMES[text] in UNLISTED:
-        raise argparse.ArgumentTypeError(
-            f"{text} jobs are held by no queue once they ended: look one up by id (jobs show ID)"
-        )
+        raise argparse.ArgumentTypeError(f"{text} jobs are not listed: look one up by id (jobs why ID)")
     return text
 
 

@@ -1,0 +1,133 @@
+"""The history of ended jobs in the database (:class:`~django_jobs.models.JobHistory`), written in
+bulk off the hot path.
+
+Each process buffers the rows of the jobs it ended (:func:`keep`) and writes them in one INSERT at
+most once a second (:func:`flush`, where the outcome counters are flushed): a job costs an append,
+not a query. A database that does not answer keeps the rows for the next flush, up to
+:data:`MAX_PENDING`; past it the oldest are dropped with a warning (the history is a record, never a
+reason to stop jobs). A job that ends twice (a rerun after a failover) keeps its first row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import DatabaseError, InterfaceError, OperationalError, transaction
+from django.utils import timezone
+
+from django_jobs.conf import jobs_settings
+from django_jobs.store import JobRecord
+from django_jobs.store.lifecycle import F, State
+
+logger = logging.getLogger("django_jobs.history")
+
+#: Rows a process keeps while the database does not answer.
+MAX_PENDING = 10_000
+FLUSH_EVERY = 1.0
+#: Rows deleted per prune.
+PRUNE_BATCH = 1000
+
+_pending: deque[dict[str, Any]] = deque(maxlen=MAX_PENDING)
+_flushed_at = 0.0
+
+
+def row(
+    record: JobRecord,
+    state: State,
+    *,
+    attempts: int | None = None,
+    duration: float | None = None,
+    worker: str = "",
+    errors: Sequence[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The history row of a job that ended in ``state``, from its record and what its last attempt
+    adds (the attempt, how long it ran, its worker, its failures)."""
+    return {
+        "job_id": record.id,
+        "job_name": record.name[:200],
+        "queue": record.queue[:100],
+        "state": state.name.lower(),
+        "attempts": record.attempt if attempts is None else attempts,
+        "duration": duration,
+        "enqueued_at": record.time(F.CREATED_AT) or record.time(F.ENQUEUED_AT),
+        "ended_at": dt.datetime.now(dt.UTC),
+        "worker": (worker or record.worker)[:200],
+        "errors": list(record.history if errors is None else errors),
+        "data": record.data.decode(errors="replace").replace("\x00", "\ufffd"),  # PostgreSQL refuses NUL
+    }
+
+
+def keep(row: dict[str, Any]) -> None:
+    """Buffer one ended job's row (the fields of ``JobHistory``), to be written by :func:`flush`."""
+    if jobs_settings.HISTORY:
+        if len(_pending) == MAX_PENDING:
+            logger.warning(
+                "History buffer full: the oldest unwritten row is dropped (job %s).", _pending[0]["job_id"]
+            )
+        _pending.append(row)
+
+
+def flush(*, every: float = FLUSH_EVERY) -> None:
+    """Write the buffered rows if ``every`` seconds passed since the last write. Never raises: rows
+    the database refuses (garbage a job's record carried) are dropped with a warning, one by one,
+    so they never hold back the others; rows of a database that does not answer are kept."""
+    global _flushed_at
+    if not _pending or time.monotonic() - _flushed_at < every:
+        return
+    rows = list(_pending)
+    try:
+        _write(rows)
+    except (OperationalError, InterfaceError) as exc:
+        logger.debug("History not written yet: %s", exc)
+        rows = []
+    except DatabaseError:
+        rows = rows[: _one_by_one(rows)]
+    for _ in rows:
+        _pending.popleft()
+    _flushed_at = time.monotonic()
+
+
+def _write(rows: Sequence[dict[str, Any]]) -> None:
+    from django_jobs.models import JobHistory
+
+    with transaction.atomic():  # a savepoint inside a caller's transaction: a refusal never breaks it
+        JobHistory.objects.bulk_create([JobHistory(**row) for row in rows], ignore_conflicts=True)
+
+
+def _one_by_one(rows: Sequence[dict[str, Any]]) -> int:
+    """Write ``rows`` one at a time, dropping each one refused; how many were settled (written or
+    dropped) before the database stopped answering."""
+    for settled, one in enumerate(rows):
+        try:
+            _write([one])
+        except (OperationalError, InterfaceError):
+            return settled
+        except DatabaseError as exc:
+            logger.warning("History row of job %s dropped: the database refused it (%s).", one["job_id"], exc)
+    return len(rows)
+
+
+def forget() -> None:
+    """Drop what this process buffered: a forked child must not write its parent's rows again."""
+    _pending.clear()
+
+
+def prune(batch: int = PRUNE_BATCH, budget: float = 1.0) -> int:
+    """Delete rows older than ``JOBS["HISTORY_RETENTION"]``, ``batch`` at a time, for at most about
+    ``budget`` seconds (enough to keep up with thousands of jobs a second); returns how many."""
+    from django_jobs.models import JobHistory
+
+    cutoff = timezone.now() - dt.timedelta(seconds=jobs_settings.HISTORY_RETENTION)
+    deadline = time.monotonic() + budget
+    total = 0
+    while True:
+        stale = list(JobHistory.objects.filter(ended_at__lt=cutoff).values_list("pk", flat=True)[:batch])
+        if stale:
+            total += JobHistory.objects.filter(pk__in=stale).delete()[0]
+        if len(stale) < batch or time.monotonic() >= deadline:
+            return total
