@@ -27,7 +27,7 @@ from .setups import SETUPS
 if TYPE_CHECKING:
     from .scenarios import Sizes
 
-SECTIONS = ("throughput", "commands", "enqueue", "latency", "memory", "setups")
+SECTIONS = ("throughput", "commands", "enqueue", "latency", "memory", "browser", "setups")
 QUICK = {
     "jobs": 200,
     "repeat": 1,
@@ -36,6 +36,7 @@ QUICK = {
     "probes": 50,
     "due_probes": 10,
     "memory_jobs": 5000,
+    "browse_jobs": 2000,
 }
 
 
@@ -49,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--probes", type=int, help="latency probes, one every 20 ms (default 200)")
     parser.add_argument("--due-probes", type=int, help="enqueue_in(0.5) probes (default 20)")
     parser.add_argument("--memory-jobs", type=int, help="jobs in the memory run (default 100000)")
+    parser.add_argument(
+        "--browse-jobs", type=int, help="jobs in the browsed queue and rows in its history (default 100000)"
+    )
     parser.add_argument("--postgres", action="store_true", help="PostgreSQL (database django_jobs_bench)")
     parser.add_argument("--port", type=int, default=6385, help="preferred port of the private Redis")
     parser.add_argument(
@@ -103,7 +107,17 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
 
     defaults = Sizes()
     chosen: dict[str, int] = {}
-    for name in ("jobs", "repeat", "enqueue_tx", "enqueue_single", "probes", "due_probes", "memory_jobs"):
+    names = (
+        "jobs",
+        "repeat",
+        "enqueue_tx",
+        "enqueue_single",
+        "probes",
+        "due_probes",
+        "memory_jobs",
+        "browse_jobs",
+    )
+    for name in names:
         value = getattr(args, name)
         if value is None:
             value = QUICK[name] if args.quick else getattr(defaults, name)
@@ -149,6 +163,7 @@ def _x(a: float, b: float) -> str:
 
 def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
     """The results as Markdown: a header line, then one table of measure | result."""
+    from .browser import render as render_browser
     from .scenarios import WORKERS_BY_KEY
     from .setups import render as render_setups
 
@@ -250,6 +265,9 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
             "CPU per job in the memory run: supervisor / work processes / redis-server",
             f"{cpu[0]:.0f} / {cpu[1]:.0f} / {cpu[2]:.0f} µs" if cpu else "n/a (work processes were replaced)",
         )
+    if "browser" in results:
+        for measure, result in render_browser(results["browser"]):
+            add(measure, result)
     if "health" in results:
         h = results["health"]
         add(
@@ -315,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         from redis.utils import HIREDIS_AVAILABLE
 
         call_command("migrate", verbosity=0)
+        from .browser import measure as browse_measure
         from .scenarios import Bench
         from .setups import compare
 
@@ -359,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
             "enqueue": enqueue,
             "latency": bench.latency,
             "memory": bench.memory,
+            "browser": lambda: bench.results.update(browser=browse_measure(bench, sizes.browse_jobs)),
             "setups": setups,
         }
         failed = bench.failures  # single runs that failed land here too

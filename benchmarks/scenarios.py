@@ -63,6 +63,7 @@ class Sizes:
     due_probes: int = 20  # enqueue_in(DUE_DELAY) probes
     memory_jobs: int = 100_000
     memory_first: int = 1000
+    browse_jobs: int = 100_000  # jobs in the browsed queue, and rows in its history
 
 
 PROBE_INTERVAL = 0.02
