@@ -7,27 +7,36 @@ shows what the job page shows: a key's value (payload) only with the payload per
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, QueryDict
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
+from django.views.decorators.http import require_POST
 from redis import Redis
 from redis.exceptions import RedisError
 
+from django_jobs.admin.jobs import CANCEL_PERMISSION, RETRY_PERMISSION, log_many
+from django_jobs.core import cancellation
 from django_jobs.core.connections import get_connection, queue_configs
-from django_jobs.failures import deadletter
+from django_jobs.failures import deadletter, retrying
 from django_jobs.models import DeadLetter, Job, JobHistory
 from django_jobs.ops import browse
 from django_jobs.store import browse as pages
+from django_jobs.store import valid_job_id
 from django_jobs.store.browse import Listing
 
 #: Jobs per page.
 PER_PAGE = 50
+#: Seconds between the live view's refreshes.
+REFRESH = 5
 TABS = [(listing, listing.name.lower().replace("_", " ")) for listing in Listing]
 #: The tab of the jobs that ended, read from the history table rather than from Redis.
 HISTORY = "history"
@@ -48,24 +57,79 @@ class JobBrowser(admin.ModelAdmin[Job]):
         return False
 
     def get_urls(self) -> list[URLPattern]:
-        return [path("", self.admin_site.admin_view(self.browse_view), name="django_jobs_job_changelist")]
+        return [
+            path("", self.admin_site.admin_view(self.browse_view), name="django_jobs_job_changelist"),
+            path("bulk/", self.admin_site.admin_view(require_POST(self.bulk_view)), name=BULK_URL_NAME),
+        ]
+
+    def bulk_view(self, request: HttpRequest) -> HttpResponse:
+        """POST: an action on the jobs ticked, or on every job of the tab (at most :data:`BULK_LIMIT`),
+        after a confirmation page. Each job goes through its own transition (a cancel, a retry now),
+        which leaves a job that changed state meanwhile as it is and says so; each is audited."""
+        action = BULK_ACTIONS.get(request.POST.get("action", ""))
+        if action is None:
+            raise Http404("No such action: cancel or retry.")
+        if not (self.has_view_permission(request) and request.user.has_perm(action.permission)):
+            raise PermissionDenied
+        asked = _Asked.of(request, list(queue_configs()), request.POST)
+        ids = self._chosen(request, asked)
+        back = reverse("admin:django_jobs_job_changelist") + asked.link()
+        if not ids:
+            self.message_user(request, "No job was chosen: nothing changed.", messages.WARNING)
+            return HttpResponseRedirect(back)
+        if request.POST.get("confirm") != "yes":
+            confirm = {
+                "action": action,
+                "action_name": request.POST["action"],
+                "tab": asked.tab_name,
+                "ids": ids,
+                "asked": asked,
+                "back": back,
+                "all": request.POST.get("all"),
+            }
+            return self._render(request, "bulk_confirmation.html", f"{action.label}?", confirm)
+        done = {job_id: action.run(job_id, request) for job_id in ids}
+        log_many(request, {job_id: f"{action.label} (bulk): {outcome}" for job_id, outcome in done.items()})
+        counts = Counter(done.values())
+        summary = ", ".join(f"{n} {outcome.replace('_', ' ')}" for outcome, n in counts.most_common())
+        self.message_user(request, f"{action.label}, {len(ids)} job(s): {summary}.")
+        return HttpResponseRedirect(back)
+
+    def _chosen(self, request: HttpRequest, asked: _Asked) -> list[str]:
+        """The ids ticked, or with ``all``, those of the tab's listing (Redis jobs only)."""
+        if request.POST.get("all") and isinstance(asked.tab, Listing):
+            found = browse.jobs([asked.queue], frozenset(pages.LISTED_IN[asked.tab]), limit=BULK_LIMIT)
+            return [row.id for row in found.rows]
+        return [job_id for job_id in dict.fromkeys(request.POST.getlist("ids")) if valid_job_id(job_id)][
+            :BULK_LIMIT
+        ]
 
     def browse_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         queues = list(queue_configs())
         asked = _Asked.of(request, queues)
-        context: dict[str, Any] = {"asked": asked, "queues": queues, "problem": asked.problem}
+        context: dict[str, Any] = {
+            "asked": asked,
+            "tab": asked.tab_name,
+            "queues": queues,
+            "problem": asked.problem,
+            "actions": [(name, a) for name, a in BULK_ACTIONS.items() if request.user.has_perm(a.permission)],
+            "bulk_all": isinstance(asked.tab, Listing),
+            "refresh": REFRESH,
+        }
         if asked.queue:
             try:
                 context.update(self._page(request, asked))
             except RedisError as exc:
                 context["problem"] = f"The Redis server of queue {asked.queue} did not answer: {exc}"
-        return TemplateResponse(
-            request,
-            "admin/django_jobs/job/browser.html",
-            {**self.admin_site.each_context(request), "opts": self.opts, "title": "Jobs", **context},
-        )
+        return self._render(request, "browser.html", "Jobs", context)
+
+    def _render(
+        self, request: HttpRequest, template: str, title: str, context: dict[str, Any]
+    ) -> HttpResponse:
+        frame = {**self.admin_site.each_context(request), "opts": self.opts, "title": title}
+        return TemplateResponse(request, f"admin/django_jobs/job/{template}", {**frame, **context})
 
     def _page(self, request: HttpRequest, asked: _Asked) -> dict[str, Any]:
         connection = get_connection(asked.queue)
@@ -112,28 +176,64 @@ class _Asked:
         self.queue, self.tab, self.start, self.problem = queue, tab, start, problem
 
     @classmethod
-    def of(cls, request: HttpRequest, queues: list[str]) -> _Asked:
+    def of(cls, request: HttpRequest, queues: list[str], given: QueryDict | None = None) -> _Asked:
+        """The query of ``request`` (or the ``given`` form, a bulk action's POST)."""
+        query = request.GET if given is None else given
         problems = []
-        queue = request.GET.get("queue", queues[0] if queues else "")
+        queue = query.get("queue", queues[0] if queues else "")
         if queue not in queues:
             problems.append(f"No queue {queue[:100]!r} in RQ_QUEUES.")
             queue = queues[0] if queues else ""
         tabs: dict[str, Listing | str] = {listing.name.lower(): listing for listing in Listing}
         tabs[HISTORY] = HISTORY
-        tab = tabs.get(request.GET.get("tab", "ready"))
+        tab = tabs.get(query.get("tab", "ready"))
         if tab is None:
-            problems.append(f"No tab {request.GET.get('tab', '')[:40]!r}: one of {', '.join(tabs)}.")
+            problems.append(f"No tab {query.get('tab', '')[:40]!r}: one of {', '.join(tabs)}.")
             tab = Listing.READY
-        start = request.GET.get("start", "0")
+        start = query.get("start", "0")
         if not start.isdigit() or len(start) > 12:
             problems.append(f"start must be a whole number, got {start[:20]!r}.")
             start = "0"
         return cls(queue, tab, int(start), " ".join(problems))
 
+    @property
+    def tab_name(self) -> str:
+        return self.tab.name.lower() if isinstance(self.tab, Listing) else self.tab
+
     def link(self, **changes: Any) -> str:
-        tab = self.tab.name.lower() if isinstance(self.tab, Listing) else self.tab
-        query = {"queue": self.queue, "tab": tab, "start": self.start, **changes}
+        query = {"queue": self.queue, "tab": self.tab_name, "start": self.start, **changes}
         return "?" + urlencode(query)
+
+
+@dataclass(frozen=True)
+class BulkAction:
+    """An action the browser applies to many jobs: its label, the permission it takes, and what it
+    does to one job (the outcome's name, for the summary and the audit log)."""
+
+    label: str
+    permission: str
+    act: Callable[[str, HttpRequest], str]
+
+    def run(self, job_id: str, request: HttpRequest) -> str:
+        try:
+            return self.act(job_id, request)
+        except RedisError as exc:
+            return f"not done: Redis did not answer ({exc})"
+
+
+BULK_ACTIONS = {
+    "cancel": BulkAction(
+        "Cancel", CANCEL_PERMISSION, lambda job_id, request: cancellation.cancel(job_id).value
+    ),
+    "retry": BulkAction(
+        "Retry now",
+        RETRY_PERMISSION,
+        lambda job_id, request: retrying.retry_now(job_id, actor=request.user).outcome.value,
+    ),
+}
+BULK_URL_NAME = "django_jobs_job_bulk"
+#: Jobs one bulk action acts on at most.
+BULK_LIMIT = 10_000
 
 
 def _job_url(job_id: str) -> str:

@@ -133,18 +133,26 @@ RETRY_MESSAGES = {
 
 def _log(request: HttpRequest, job_id: str, message: str) -> None:
     """The admin log's record of an action on a job, which has no row of its own: who, which job, what."""
+    log_many(request, {job_id: message})
+
+
+def log_many(request: HttpRequest, messages: dict[str, str]) -> None:
+    """:func:`_log` of many jobs at once (a bulk action): one INSERT."""
     from django.contrib.admin.models import CHANGE, LogEntry
 
     user = request.user
     if not user.is_authenticated:  # the admin serves these views to logged-in staff only
         return
-    LogEntry.objects.create(
-        user_id=user.pk,
-        content_type=None,
-        object_id=job_id,
-        object_repr=f"Job {job_id}",
-        action_flag=CHANGE,
-        change_message=message,
+    LogEntry.objects.bulk_create(
+        LogEntry(
+            user_id=user.pk,
+            content_type=None,
+            object_id=job_id,
+            object_repr=f"Job {job_id}",
+            action_flag=CHANGE,
+            change_message=message,
+        )
+        for job_id, message in messages.items()
     )
 
 

@@ -57,6 +57,12 @@ LISTED: dict[State, Listing] = {
 }
 
 
+#: The states each listing shows.
+LISTED_IN: dict[Listing, frozenset[State]] = {
+    listing: frozenset(state for state, where in LISTED.items() if where is listing) for listing in Listing
+}
+
+
 @dataclass(frozen=True)
 class Page:
     """One page of a listing: the jobs found, where they are; how many the listing holds."""

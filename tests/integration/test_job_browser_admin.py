@@ -6,9 +6,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.admin.models import LogEntry
+from django.test import Client
 from django.urls import reverse
 
+from django_jobs import get_job
 from django_jobs.store import Store
+from django_jobs.store.lifecycle import State, Status
 from django_jobs.testing import run_jobs
 from tests.conftest import wait_for
 from tests.integration.dashboard_support import operator
@@ -114,3 +118,54 @@ def test_the_history_tab_and_the_job_page_show_jobs_redis_let_go(client, redis_d
     assert "dead-lettered at " in page  # why: its dead letter
     page = client.get(reverse("admin:django_jobs_deadletter_job", args=[done[0]])).content.decode()
     assert "after 1 attempt: it ran to success" in page
+
+
+BULK = reverse("admin:django_jobs_job_bulk")
+
+
+def test_a_bulk_cancel_asks_for_confirmation_then_cancels_each_job_by_its_own_transition(client, redis_db):
+    waiting = [jobs.record.enqueue(f"w{n}").id for n in range(2)]
+    done = jobs.record.enqueue("done").id
+    run_jobs(limit=1)  # the first waiting one ran
+    operator(client, "view_deadletter", "cancel_job")
+    form = {"action": "cancel", "queue": "default", "tab": "ready", "ids": [*waiting, done]}
+    page = client.post(BULK, form).content.decode()
+    assert "Cancel: 3 jobs of queue default" in page and page.count('name="ids"') == 3
+    assert get_job(waiting[1]).status is Status.QUEUED  # nothing yet
+    answer = client.post(BULK, {**form, "confirm": "yes"}, follow=True).content.decode()
+    assert "Cancel, 3 job(s): 2 cancelled, 1 already ended." in answer
+    assert {get_job(job_id).state for job_id in [waiting[1], done]} == {State.CANCELLED}
+    logged = LogEntry.objects.filter(object_id__in=[*waiting, done]).values_list("change_message", flat=True)
+    assert sorted(logged) == [
+        "Cancel (bulk): already_ended",
+        "Cancel (bulk): cancelled",
+        "Cancel (bulk): cancelled",
+    ]
+
+
+def test_a_bulk_action_on_a_whole_tab_acts_on_every_job_of_it(client, redis_db):
+    later = [jobs.record.options(delay=600).enqueue(f"l{n}").id for n in range(5)]
+    jobs.record.enqueue("ready")
+    operator(client, "view_deadletter", "retry_job")
+    form = {"action": "retry", "queue": "default", "tab": "scheduled", "all": "1"}
+    page = client.post(BULK, form).content.decode()
+    assert "Retry now: 5 jobs of queue default" in page
+    ids = re.findall(r'<input type="hidden" name="ids" value="([^"]+)">', page)
+    assert sorted(ids) == sorted(later)
+    client.post(BULK, {**form, "ids": ids, "confirm": "yes"})
+    assert {get_job(job_id).state for job_id in later} == {State.WAITING}
+
+
+def test_a_bulk_action_needs_its_permission_a_known_action_and_the_csrf_token(client, redis_db):
+    job_id = jobs.record.enqueue("w").id
+    operator(client, "view_deadletter", "retry_job")
+    form = {"action": "cancel", "queue": "default", "tab": "ready", "ids": [job_id], "confirm": "yes"}
+    assert client.post(BULK, form).status_code == 403
+    assert client.post(BULK, {**form, "action": "explode"}).status_code == 404
+    assert client.get(BULK).status_code == 405
+    guarded = Client(enforce_csrf_checks=True)
+    guarded.force_login(operator(guarded, "view_deadletter", "cancel_job", username="csrf"))
+    assert guarded.post(BULK, form).status_code == 403
+    assert get_job(job_id).status is Status.QUEUED
+    html = client.get(URL).content.decode()
+    assert '<option value="retry">Retry now</option>' in html and 'value="cancel"' not in html
