@@ -35,6 +35,8 @@ from django_jobs.store.browse import Listing
 
 #: Jobs per page.
 PER_PAGE = 50
+#: Members of Redis structures (and rows of the history) a search reads at most.
+SEARCH_LOOK = 10_000
 #: Seconds between the live view's refreshes.
 REFRESH = 5
 TABS = [(listing, listing.name.lower().replace("_", " ")) for listing in Listing]
@@ -117,6 +119,7 @@ class JobBrowser(admin.ModelAdmin[Job]):
             "actions": [(name, a) for name, a in BULK_ACTIONS.items() if request.user.has_perm(a.permission)],
             "bulk_all": isinstance(asked.tab, Listing),
             "refresh": REFRESH,
+            "search_look": SEARCH_LOOK,
         }
         if asked.queue:
             try:
@@ -139,10 +142,20 @@ class JobBrowser(admin.ModelAdmin[Job]):
             total = pages.page(connection, asked.queue, listing, 0, 0).total
             tabs.append((label, total, asked.link(tab=listing.name.lower(), start=0), listing is asked.tab))
         ended = JobHistory.objects.filter(queue=asked.queue).order_by("-ended_at")
-        tabs.append((HISTORY, ended.count(), asked.link(tab=HISTORY, start=0), asked.tab == HISTORY))
-        rows, total = self._rows(connection, asked, ended)
+        ended_total = ended.count()
+        tabs.append((HISTORY, ended_total, asked.link(tab=HISTORY, start=0), asked.tab == HISTORY))
+        searched = None
+        if asked.name or asked.arg is not None:
+            states = pages.LISTED_IN[asked.tab] if isinstance(asked.tab, Listing) else browse.PAST
+            query = browse.Query(asked.name, asked.arg if show_key else None)
+            searched = browse.jobs([asked.queue], states, query, limit=PER_PAGE, look=SEARCH_LOOK)
+            rows, total = searched.rows, len(searched.rows)
+        else:
+            rows, total = self._rows(connection, asked, ended, ended_total)
         end = asked.start + len(rows)
         return {
+            "searched": searched,
+            "search_denied": asked.arg is not None and not show_key,
             "tabs": tabs,
             "rows": [(row, row.detail(show_key), _job_url(row.id)) for row in rows],
             "total": total,
@@ -157,11 +170,13 @@ class JobBrowser(admin.ModelAdmin[Job]):
         }
 
     @staticmethod
-    def _rows(connection: Redis, asked: _Asked, ended: QuerySet[JobHistory]) -> tuple[list[browse.Row], int]:
+    def _rows(
+        connection: Redis, asked: _Asked, ended: QuerySet[JobHistory], ended_total: int
+    ) -> tuple[list[browse.Row], int]:
         """The page's rows, from the tab's Redis structures or from the history; and the tab's total."""
         if not isinstance(asked.tab, Listing):  # the history
             found = ended[asked.start : asked.start + PER_PAGE]
-            return [browse.Row.of_past(past) for past in found], ended.count()
+            return [browse.Row.of_past(past) for past in found], ended_total
         page = pages.page(connection, asked.queue, asked.tab, asked.start, PER_PAGE)
         rows = [browse.Row(w.id, w.record.name, w.record.queue, w.state, w) for w in page.jobs]
         if asked.tab in (Listing.LOST, Listing.DYING):  # one set per server: this queue's only
@@ -172,8 +187,11 @@ class JobBrowser(admin.ModelAdmin[Job]):
 class _Asked:
     """The browser's query string, checked: a bad value falls back to the default and says so."""
 
-    def __init__(self, queue: str, tab: Listing | str, start: int, problem: str) -> None:
+    def __init__(
+        self, queue: str, tab: Listing | str, start: int, problem: str, name: str = "", arg: str | None = None
+    ) -> None:
         self.queue, self.tab, self.start, self.problem = queue, tab, start, problem
+        self.name, self.arg = name, arg
 
     @classmethod
     def of(cls, request: HttpRequest, queues: list[str], given: QueryDict | None = None) -> _Asked:
@@ -194,7 +212,8 @@ class _Asked:
         if not start.isdigit() or len(start) > 12:
             problems.append(f"start must be a whole number, got {start[:20]!r}.")
             start = "0"
-        return cls(queue, tab, int(start), " ".join(problems))
+        name, arg = query.get("name", "").strip()[:200], query.get("arg")
+        return cls(queue, tab, int(start), " ".join(problems), name, arg[:1000] if arg else None)
 
     @property
     def tab_name(self) -> str:
@@ -202,6 +221,8 @@ class _Asked:
 
     def link(self, **changes: Any) -> str:
         query = {"queue": self.queue, "tab": self.tab_name, "start": self.start, **changes}
+        query.update({"name": self.name} if self.name else {})
+        query.update({"arg": self.arg} if self.arg is not None else {})
         return "?" + urlencode(query)
 
 

@@ -9,10 +9,16 @@ read, never by the size of a queue; :class:`Found` says how far it looked.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Sequence
+import json
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from django.db.models import QuerySet
+
+from django_jobs.core import payload
 from django_jobs.core.connections import get_connection
+from django_jobs.exceptions import PayloadError
 from django_jobs.models import DeadLetter, JobHistory
 from django_jobs.store import browse, read
 from django_jobs.store.browse import LISTED, Listing
@@ -71,19 +77,60 @@ class Row:
             return f"behind {key}, {where.ahead} ahead" if where.ahead is not None else f"behind {key}"
         return f"priority {where.priority}" if where.priority else ""
 
+    def _data(self) -> str | bytes:
+        if self.past is not None:
+            return self.past.data
+        return self.where.record.data if self.where is not None else b""
+
+    def arguments(self) -> set[str]:
+        """The text of each of its arguments' values (positional and keyword, top level): a string as
+        it is, anything else as JSON. Empty when its payload cannot be read."""
+        try:
+            if self.letter is not None:
+                args, kwargs = list(self.letter.args), dict(self.letter.kwargs)
+            else:
+                data = (
+                    self.past.data if self.past is not None else self.where.record.data if self.where else b""
+                )
+                _, args, kwargs = payload.loads(data)
+        except (PayloadError, TypeError, ValueError):
+            return set()
+        values = [*args, *kwargs.values()]
+        return {value if isinstance(value, str) else json.dumps(value, sort_keys=True) for value in values}
+
+
+@dataclass(frozen=True)
+class Query:
+    """What the jobs listed must match: a job name, and an argument's value (``17`` finds both
+    ``f(17)`` and ``f(account="17")``), for a reader with the payload permission."""
+
+    name: str = ""
+    argument: str | None = None
+
+    def matches(self, row: Row) -> bool:
+        if self.name and row.name != self.name:
+            return False
+        return self.argument is None or self.argument in row.arguments()
+
 
 @dataclass(frozen=True)
 class Found:
     rows: list[Row]
-    looked: int  # members read
+    looked: int  # members of Redis structures read, and rows read to match an argument
     complete: bool  # every member of the structures looked in was read
 
 
 def jobs(
-    queues: Sequence[str], states: frozenset[State], name: str = "", limit: int = 50, look: int = 10_000
+    queues: Sequence[str],
+    states: frozenset[State],
+    query: Query = Query(),
+    limit: int = 50,
+    look: int = 10_000,
 ) -> Found:
-    """Up to ``limit`` jobs of ``queues`` in ``states`` (any of them), named ``name`` (any, if empty),
-    reading at most ``look`` members of Redis structures; dead letters newest first."""
+    """Up to ``limit`` jobs of ``queues`` in ``states`` (any of them) that match ``query``, reading at
+    most ``look`` members of Redis structures (and, for an argument, the newest ``look`` rows of the
+    history and of the dead letters: the database holds no index of arguments); ended jobs newest
+    first."""
     rows: list[Row] = []
     looked, complete = 0, True
     listings = list(dict.fromkeys(LISTED[state] for state in State if state in states and state in LISTED))
@@ -91,25 +138,37 @@ def jobs(
         for listing in listings:
             for batch, read_now, more in _pages(queue, listing, look - looked):
                 looked += read_now
-                rows += [row for row in batch if row.state in states and (not name or row.name == name)]
+                rows += [row for row in batch if row.state in states and query.matches(row)]
                 complete = complete and not more
                 if len(rows) >= limit:
                     return Found(rows[:limit], looked, complete=False)
     past = [state.name.lower() for state in PAST & states]
-    if past and len(rows) < limit:
-        ended = JobHistory.objects.filter(queue__in=queues, state__in=past).order_by("-ended_at")
-        if name:
-            ended = ended.filter(job_name=name)
-        rows += [Row.of_past(row) for row in ended[: limit - len(rows)]]
-    if State.DEAD in states and len(rows) < limit:
-        letters = DeadLetter.objects.filter(queue__in=queues).order_by("-created_at")
-        if name:
-            letters = letters.filter(job_name=name)
-        rows += [
-            Row(letter.job_id, letter.job_name, letter.queue, State.DEAD, letter=letter)
-            for letter in letters[: limit - len(rows)]
-        ]
+    ended = JobHistory.objects.filter(queue__in=queues, state__in=past).order_by("-ended_at")
+    letters = DeadLetter.objects.filter(queue__in=queues).order_by("-created_at")
+    for wanted, table, row in ((past, ended, Row.of_past), (State.DEAD in states, letters, _of_letter)):
+        if wanted and len(rows) < limit:
+            found, whole, read_now = _rows(table, row, query, limit - len(rows), look)
+            rows, complete, looked = rows + found, complete and whole, looked + read_now
     return Found(rows[:limit], looked, complete)
+
+
+def _rows(
+    table: QuerySet[Any], row: Callable[[Any], Row], query: Query, limit: int, look: int
+) -> tuple[list[Row], bool, int]:
+    """Up to ``limit`` rows of ``table`` that match ``query``, whether all were looked at, and how
+    many rows were read for an argument: the database filters by name; an argument is looked for
+    among the newest ``look`` rows."""
+    if query.name:
+        table = table.filter(job_name=query.name)
+    if query.argument is None:
+        return [row(one) for one in table[:limit]], True, 0
+    scanned = [row(one) for one in table[:look]]
+    matching = [found for found in scanned if query.matches(found)]
+    return matching[:limit], not table[look : look + 1].exists(), len(scanned)
+
+
+def _of_letter(letter: DeadLetter) -> Row:
+    return Row(letter.job_id, letter.job_name, letter.queue, State.DEAD, letter=letter)
 
 
 def _pages(queue: str, listing: Listing, budget: int) -> Iterator[tuple[list[Row], int, bool]]:

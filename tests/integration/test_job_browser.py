@@ -107,12 +107,30 @@ def test_name_and_queue_filters_and_the_limit(redis_db):
 def test_a_look_is_bounded_and_says_how_far_it_went(redis_db):
     for n in range(30):
         jobs.record.enqueue(f"r{n}")
-    found = jobs_browse.jobs(["default"], frozenset({State.WAITING}), "tests.greet", limit=5, look=10)
+    query = jobs_browse.Query("tests.greet")
+    found = jobs_browse.jobs(["default"], frozenset({State.WAITING}), query, limit=5, look=10)
     assert found.rows == [] and found.looked == 10 and not found.complete
     out, err = io.StringIO(), io.StringIO()
     call_command("jobs", "list", "--name", "tests.greet", "--look", "10", stdout=out, stderr=err)
     assert out.getvalue() == "ID  NAME  QUEUE  STATE  DETAIL\n"
     assert err.getvalue() == "(read 10 members: more may match; raise --limit or --look)\n"
+
+
+def test_an_argument_value_finds_jobs_in_redis_in_the_history_and_in_the_dead_letters(redis_db):
+    dead = jobs.permanent.enqueue("17").id
+    done = jobs.record.enqueue("17").id
+    run_jobs()
+    waiting = jobs.per_account.enqueue("17", "w").id
+    keyword = jobs.greet.enqueue("x", greeting="17").id
+    jobs.per_account.enqueue("170", "not this one")
+    scheduled = jobs.record.options(delay=600).enqueue("17").id
+    assert {row["id"] for row in listed("--arg", "17")} == {waiting, keyword, scheduled, dead, done}
+    assert JobHistory.objects.get(job_id=done).state == "finished"
+    found = jobs_browse.jobs(["default"], frozenset(State), jobs_browse.Query(argument="17"))
+    assert {row.id for row in found.rows} == {waiting, keyword, scheduled, dead, done}
+    assert found.complete
+    by_name = jobs_browse.jobs(["default"], frozenset(State), jobs_browse.Query("tests.record", "17"))
+    assert {row.id for row in by_name.rows} == {scheduled, done}
 
 
 def test_the_table_has_headers_and_one_line_per_job(redis_db):

@@ -169,3 +169,21 @@ def test_a_bulk_action_needs_its_permission_a_known_action_and_the_csrf_token(cl
     assert get_job(job_id).status is Status.QUEUED
     html = client.get(URL).content.decode()
     assert '<option value="retry">Retry now</option>' in html and 'value="cancel"' not in html
+
+
+def test_a_search_by_name_or_argument_value_is_bounded_and_needs_the_payload_permission(client, redis_db):
+    wanted = jobs.per_account.enqueue("17", "w").id
+    jobs.per_account.enqueue("18", "w")
+    greet = jobs.greet.enqueue("hi").id
+    operator(client, "view_deadletter", "view_deadletter_payload")
+    html = client.get(URL + "?queue=default&tab=ready&arg=17").content.decode()
+    assert ids_on(html) == [wanted] and "1 match among every job of this tab." in html
+    html = client.get(URL + "?queue=default&tab=ready&name=tests.greet").content.decode()
+    assert (
+        ids_on(html) == [greet]
+        and "?queue=default&amp;tab=scheduled&amp;start=0&amp;name=tests.greet" in html
+    )
+    operator(client, "view_deadletter", username="no-payload")
+    html = client.get(URL + "?queue=default&tab=ready&arg=17").content.decode()
+    assert "Searching by an argument's value needs" in html
+    assert len(ids_on(html)) == 3  # the argument left out: every ready job

@@ -43,6 +43,11 @@ class Command(BaseCommand):
             "--state", action="append", type=_state, default=[], help="A lifecycle state (repeatable)."
         )
         listing.add_argument("--name", default="", help="Only jobs of this job name.")
+        listing.add_argument(
+            "--arg",
+            default=None,
+            help="Only jobs with an argument of this value (17 finds f(17) and f(account=17)).",
+        )
         listing.add_argument("--limit", type=whole(1, 10_000), default=50, help="At most this many (50).")
         listing.add_argument(
             "--look",
@@ -63,15 +68,14 @@ class Command(BaseCommand):
         except RedisError as exc:
             raise CommandError(f"Redis did not answer: {exc}", returncode=1) from None
 
-    def _list(
-        self, queue: list[str], state: list[str], name: str, limit: int, look: int, **options: Any
-    ) -> None:
+    def _list(self, queue: list[str], state: list[str], **options: Any) -> None:
         known = list(queue_configs())
         unknown = [q for q in queue if q not in known]
         if unknown:
             raise CommandError(f"unknown queue {unknown[0]!r} (known: {', '.join(known) or 'none'})")
         states = frozenset(STATE_NAMES[s] for s in state) or frozenset(set(STATE_NAMES.values()) - UNLISTED)
-        found = browse.jobs(queue or known, states, name, limit, look)
+        query = browse.Query(options["name"], options["arg"])
+        found = browse.jobs(queue or known, states, query, options["limit"], options["look"])
         if options["json"]:
             for row in found.rows:
                 self.stdout.write(json.dumps(_json(row)))
