@@ -46,6 +46,11 @@ class WorkerLost(JobsError):
     """The process running the job died before the job finished."""
 
 
+class ForeignWorker(JobsError):
+    """A foreign worker (an rqworker on a django_jobs queue) took the job and failed it, unrun: what
+    its dead letter records."""
+
+
 class JobTimeout(JobsError):
     """The job ran past its timeout."""
 

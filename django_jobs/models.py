@@ -183,6 +183,9 @@ class DeadLetter(models.Model):
         (eviction, a deleted key); nothing more can run."""
         SNOOZED = "snoozed", "snoozed too often"
         """The job snoozed more often than its max_snoozes (JOBS["MAX_SNOOZES"]) allows."""
+        FOREIGN = "foreign worker", "taken by a foreign worker"
+        """A foreign worker (an rqworker left on a django_jobs queue) took the job and failed it:
+        nothing of the job's code ran. Requeue it once that worker is stopped."""
 
     job_id = models.CharField(max_length=64, unique=True)
     job_name = models.CharField(max_length=200, db_index=True)

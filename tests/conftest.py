@@ -135,12 +135,12 @@ def outcome_count(name: str, outcome: str, queue: str = "default") -> float:
 
 
 class Runjobs:
-    """``manage.py runjobs`` in a subprocess, pointed at this test's databases and Redis."""
+    """``manage.py runjobs`` (or ``command``) in a subprocess, pointed at this test's databases and Redis."""
 
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.log = open(ROOT / "var" / f"runjobs-{os.getpid()}-{time.monotonic_ns()}.log", "w+b")  # noqa: SIM115
+    def __init__(self, args: list[str], env: dict[str, str], command: str = "runjobs") -> None:
+        self.log = open(ROOT / "var" / f"{command}-{os.getpid()}-{time.monotonic_ns()}.log", "w+b")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "runjobs", *args, "--settings", "tests.settings"],
+            [sys.executable, "-m", "django", command, *args, "--settings", "tests.settings"],
             cwd=ROOT,
             env=env,
             stdout=self.log,
@@ -194,7 +194,7 @@ def runjobs(redis_url: str, request: pytest.FixtureRequest) -> Iterator[Callable
     """Start runjobs subprocesses; their logs (in var/) are kept only when the test did not pass."""
     started: list[Runjobs] = []
 
-    def start(*args: str, extra_env: dict[str, str] | None = None) -> Runjobs:
+    def start(*args: str, extra_env: dict[str, str] | None = None, command: str = "runjobs") -> Runjobs:
         env = {
             **os.environ,
             "JOBS_TEST_DB_NAME": str(connections["default"].settings_dict["NAME"]),
@@ -202,7 +202,7 @@ def runjobs(redis_url: str, request: pytest.FixtureRequest) -> Iterator[Callable
             "DJANGO_SETTINGS_MODULE": "tests.settings",
             **(extra_env or {}),
         }
-        process = Runjobs(list(args), env)
+        process = Runjobs(list(args), env, command)
         started.append(process)
         return process
 

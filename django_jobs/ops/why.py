@@ -195,6 +195,11 @@ _SENTENCES: dict[State, Sentence] = {
     State.CANCELLED: _ended,
     State.EXPIRED: _ended,
     State.REPLACED: _replaced,
+    State.FOREIGN: lambda job, where, seen: (
+        f"a foreign worker ({where.record.worker or 'an rqworker'}, not runjobs) took it from queue "
+        f"`{job.queue}` and failed it unrun: runjobs moves it to the dead letters within seconds; stop that "
+        "worker (manage.py jobs_health names it), then requeue it"
+    ),
 }
 
 

@@ -186,6 +186,7 @@ def _read_queue(
         (lc.HIGH, layout.high),
         (lc.LOW, layout.low),
         (lc.SCHEDULED, layout.scheduled),
+        (lc.RQ_FAILED, keys.failed_key(queue)),
     ):
         for member, score in reader.members(key, structure.kind):
             held.setdefault(text(member), []).append(_Held(structure, key, queue, score))

@@ -38,6 +38,7 @@ class Listing(enum.Enum):
     IN_LINE = enum.auto()  # parked behind their key's limit
     LOST = enum.auto()  # their lease expired; the supervisor settles them
     DYING = enum.auto()  # being dead-lettered
+    FOREIGN = enum.auto()  # failed by a foreign worker (an rqworker), in RQ's failed registry
 
 
 #: Which listing shows each state a job can be in while Redis holds it.
@@ -54,6 +55,7 @@ LISTED: dict[State, Listing] = {
     State.IN_LINE: Listing.IN_LINE,
     State.LOST: Listing.LOST,
     State.DYING: Listing.DYING,
+    State.FOREIGN: Listing.FOREIGN,
 }
 
 
@@ -112,6 +114,8 @@ def _parts(connection: Redis, queue: str, listing: Listing) -> list[_Part]:
     if listing is Listing.IN_LINE:
         scopes: list[bytes] = connection.zrange(keys.parked_index(queue), 0, LINES_LOOKED - 1)  # type: ignore[assignment]
         return [_zset(keys.parked_line(queue, text(scope))) for scope in sorted(scopes)]
+    if listing is Listing.FOREIGN:
+        return [_zset(keys.failed_key(queue))]
     return [_zset(keys.LOST if listing is Listing.LOST else keys.DYING, tokens=listing is Listing.LOST)]
 
 

@@ -115,6 +115,15 @@ def wip_key(queue: str) -> str:
     return lc.WIP.key(queue=queue)
 
 
+def failed_key(queue: str) -> str:
+    """RQ's failed registry of ``queue``: where a foreign worker leaves the jobs it failed."""
+    return lc.RQ_FAILED.key(queue=queue)
+
+
+def results_key(job_id: str) -> str:
+    return lc.RQ_RESULTS.key(id=job_id)
+
+
 def wake_key(queue: str) -> str:
     return lc.WAKE.key(queue=queue)
 

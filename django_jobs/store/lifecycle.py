@@ -74,6 +74,11 @@ class F:
     LEDGER = "dj_ledger"  #: pushed with a ledger row ("ledger" queues): once that row is gone, the job ran
 
 
+#: A field of the worker record (``WORKER``) each runjobs work process writes: a record without it is
+#: a foreign worker's (an ``rqworker`` left on a django_jobs queue), which fails the jobs it takes.
+RUNJOBS_MARK = "dj_runjobs"
+
+
 class Kind(enum.StrEnum):
     """The Redis type of a structure (as ``TYPE`` names it)."""
 
@@ -82,6 +87,7 @@ class Kind(enum.StrEnum):
     SET = "set"
     HASH = "hash"
     STRING = "string"
+    STREAM = "stream"
 
 
 class Member(enum.Enum):
@@ -127,6 +133,9 @@ WIP = S("rq:wip:{queue}", Kind.ZSET, Member.TOKEN, "RQ's started registry, score
 WORKER = S("rq:worker:{name}", Kind.HASH, Member.NONE, "RQ's worker record")
 WORKERS = S("rq:workers", Kind.SET, Member.NONE, "the worker keys")
 QUEUE_WORKERS = S("rq:workers:{queue}", Kind.SET, Member.NONE, "the worker keys of a queue")
+# What a foreign worker (an rqworker on a django_jobs queue) leaves: RQ's failed registry and results
+RQ_FAILED = S("rq:failed:{queue}", Kind.ZSET, Member.ID, "RQ's failed registry: jobs a foreign worker failed")
+RQ_RESULTS = S("rq:results:{id}", Kind.STREAM, Member.NONE, "RQ's results of a job: a foreign worker's error")
 # django_jobs's own, per queue
 HIGH = S("djjobs:prio:{queue}:high", Kind.ZSET, Member.ID, "ready ids of priority > 0 (lua/ready.lua)")
 LOW = S("djjobs:prio:{queue}:low", Kind.ZSET, Member.ID, "ready ids of priority < 0")
@@ -229,6 +238,9 @@ class State(enum.Enum):
     (``dj_expired``). A hand-back or a snooze gives an attempt back, not the start."""
     REPLACED = "replaced"
     """A debounced job a newer enqueue replaced: a tombstone (``dj_replaced_by``) with no data."""
+    FOREIGN = "failed by a foreign worker"
+    """Taken and failed by a foreign worker (an ``rqworker`` on its queue, which cannot run it): in RQ's
+    failed registry, its payload rewritten by RQ; runjobs reclaims it into the dead letters."""
 
 
 @dataclass(frozen=True)
@@ -262,11 +274,12 @@ STATES: dict[State, Place] = {
     State.CANCELLED: Place((), Status.CANCELED),
     State.EXPIRED: Place((), Status.CANCELED, (F.EXPIRED,)),
     State.REPLACED: Place((), Status.CANCELED, (F.REPLACED_BY,)),
+    State.FOREIGN: Place((RQ_FAILED,), Status.FAILED),
 }
 
 #: The structures that hold a job's id (or token) while it is in some state: an id is in exactly one
 #: of them (wip mirrors leases and lost; slots hold attempts, not states).
-HOLDERS = (QUEUE, HIGH, LOW, SCHEDULED, PARKED, LINE, LEASES, LOST, DYING, VANISHED)
+HOLDERS = (QUEUE, HIGH, LOW, SCHEDULED, PARKED, LINE, LEASES, LOST, DYING, VANISHED, RQ_FAILED)
 
 
 def scheduled_state(fields: Mapping[str, bytes]) -> State:
@@ -428,6 +441,20 @@ TRANSITIONS: tuple[Transition, ...] = (
         "its dead letter row exists; the hash expires later",
     ),
     _t("forget_vanished", {State.VANISHED}, set(), "Store.forget_vanished", "its dead letter row exists"),
+    _t(
+        "foreign",
+        _READY,
+        {State.FOREIGN},
+        "an rqworker (RQ's worker, not django_jobs)",
+        "a foreign worker on its queue popped it, could not run it, and failed it",
+    ),
+    _t(
+        "reclaim",
+        {State.FOREIGN},
+        {State.DYING},
+        "lua/reclaim.lua",
+        "out of RQ's failed registry into dying, its payload and status restored, to be dead-lettered",
+    ),
     _t(
         "retention",
         {State.FINISHED, State.DEAD, State.CANCELLED, State.EXPIRED, State.REPLACED},

@@ -4,10 +4,14 @@ broken key aside, and forget what is dead-lettered."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import functools
 import json
+import zlib
 from collections.abc import Sequence
+
+from redis.exceptions import ResponseError
 
 from django_jobs.store import keys, model
 from django_jobs.store.claim import limit_entries
@@ -82,6 +86,35 @@ class Maintenance(Part):
     def forget_vanished(self, item: VanishedId) -> bool:
         """Drop an id whose dead letter exists; False if another runjobs already did."""
         return bool(self.connection.zrem(keys.VANISHED, item.member))
+
+    def foreign_failures(self, queue: str, limit: int = 100) -> list[str]:
+        """Ids in RQ's failed registry of ``queue`` (jobs a foreign worker failed, or RQ's own)."""
+        members: list[bytes] = self.connection.zrange(keys.failed_key(queue), 0, limit - 1)  # type: ignore[assignment]
+        return [text(member) for member in members]
+
+    def foreign_error(self, job_id: str) -> str:
+        """The error RQ recorded for the job's last run (``exc_string`` of its results stream, which
+        RQ compresses), or "" if it recorded none that can be read."""
+        try:
+            entries = self.connection.xrevrange(keys.results_key(job_id), count=1)
+        except ResponseError:  # not a stream
+            return ""
+        raw = (entries[0][1] or {}).get(b"exc_string", b"") if entries else b""
+        try:
+            return zlib.decompress(base64.b64decode(raw)).decode(errors="replace")
+        except (ValueError, zlib.error):
+            return text(raw)
+
+    def reclaim(
+        self, queue: str, job_id: str, data: bytes, reason: str, exception: str, message: str
+    ) -> bool:
+        """Move a django_jobs job a foreign worker failed into dying, its payload restored; False if it
+        is not one (any more)."""
+        moved = self.scripts.reclaim(
+            registry=keys.failed_key(queue), hash=keys.job_key(job_id), dying=keys.DYING,
+            id=job_id, data=data, reason=reason, exception=exception, message=message,
+        )  # fmt: skip
+        return bool(moved)
 
     def buried(self, job_id: str, ttl: int) -> None:
         self.settled(keys.DYING, to_bytes(job_id), to_bytes(job_id), ttl)

@@ -114,6 +114,8 @@ class _Look:
             self._scan(pipe, keys.LOST, 0)
         if status is None or status is Status.FAILED:
             self._ask(pipe.zscore(keys.DYING, record.id), self._dying)
+        if status is Status.FAILED:
+            self._ask(pipe.zscore(keys.failed_key(queue), record.id), self._foreign)
 
     def _ask(self, _: Any, read: Callable[[Any], None]) -> None:
         self.reads.append(read)
@@ -167,6 +169,10 @@ class _Look:
     def _dying(self, score: Any) -> None:
         if _score(score) is not None:
             self.where.update(key=keys.DYING, state=State.DYING)
+
+    def _foreign(self, score: Any) -> None:
+        if _score(score) is not None:
+            self.where.update(key=keys.failed_key(self.record.queue), state=State.FOREIGN)
 
     def _scan(self, pipe: Any, key: str, cursor: int) -> None:
         pipe.zscan(key, cursor, match=f"{self.record.id}:*", count=SCAN_PAGE)
@@ -266,15 +272,45 @@ def where(connection: Redis, job_id: str, queues: Sequence[str] = ()) -> Where:
     return locate(connection, [job_id], queues)[job_id]
 
 
-def serving(connection: Redis, queue: str) -> int:
-    """How many live work processes serve ``queue``: those of the workers' set whose record (which
-    expires with its heartbeat) lists it. Two round trips, O(workers)."""
-    names = [text(name) for name in connection.smembers(keys.WORKERS_SET)]
+@dataclass(frozen=True)
+class Worker:
+    """A live worker record (its hash expires with its heartbeat): a runjobs work process's, or a
+    foreign worker's (no :data:`~.lifecycle.RUNJOBS_MARK`: an rqworker, which fails our jobs)."""
+
+    name: str
+    queues: tuple[str, ...]
+    pid: str
+    hostname: str
+    foreign: bool
+
+
+def workers(connection: Redis) -> list[Worker]:
+    """Every live worker of the workers' set, in name order: two round trips, O(workers)."""
+    names = sorted(text(name) for name in connection.smembers(keys.WORKERS_SET))
     with connection.pipeline(transaction=False) as pipe:
         for name in names:
-            pipe.hget(name, "queues")
-        served = pipe.execute(raise_on_error=False)
-    return sum(1 for queues in served if isinstance(queues, bytes) and queue in text(queues).split(","))
+            pipe.hmget(name, ["queues", "pid", "hostname", lc.RUNJOBS_MARK])
+        replies = pipe.execute(raise_on_error=False)
+    found = []
+    for name, reply in zip(names, replies, strict=True):
+        if isinstance(reply, list) and reply[0] is not None:
+            queues, pid, hostname, mark = (text(value) if value is not None else "" for value in reply)
+            found.append(
+                Worker(
+                    name.removeprefix(keys.WORKER_PREFIX), tuple(queues.split(",")), pid, hostname, not mark
+                )
+            )
+    return found
+
+
+def serving(connection: Redis, queue: str) -> int:
+    """How many live runjobs work processes serve ``queue`` (a foreign worker does not count)."""
+    return sum(1 for worker in workers(connection) if queue in worker.queues and not worker.foreign)
+
+
+def foreign_workers(connection: Redis, queues: Sequence[str]) -> list[Worker]:
+    """The live foreign workers registered on any of ``queues``."""
+    return [w for w in workers(connection) if w.foreign and set(w.queues) & set(queues)]
 
 
 class Reads(Part):

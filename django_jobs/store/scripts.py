@@ -165,6 +165,11 @@ INTERFACES = {
             groups=(Group("wip", Times.MAYBE, keys=("key",)),),
         ),
         Interface("due", keys=("set",), args=("older_than", "limit")),
+        Interface(
+            "reclaim",
+            keys=("registry", "hash", "dying"),
+            args=("id", "data", "reason", "exception", "message"),
+        ),
         Interface("defer", keys=("set",), args=("member", "seconds")),
         Interface("move_aside", keys=("key", "moved"), args=("kind",)),
         Interface("parked", args=("most",)),

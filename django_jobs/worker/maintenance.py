@@ -23,6 +23,7 @@ from django_jobs.worker.duties.base import UNREACHABLE, Duty, Scope, guarded
 from django_jobs.worker.duties.batches import BatchSweep
 from django_jobs.worker.duties.cron import Cron
 from django_jobs.worker.duties.dying import Dying
+from django_jobs.worker.duties.foreign import ForeignFailures
 from django_jobs.worker.duties.parked import Parked
 from django_jobs.worker.duties.prunes import BatchPrune, HistoryPrune, KeyPrune
 from django_jobs.worker.duties.reaper import Reaper
@@ -45,6 +46,7 @@ class Maintenance:
         self.reaper, self.structures, self.relay = Reaper(scope), Structures(scope), Relay(scope)
         self.ledger = Ledger(store, self.relay.relay_rows, scope.owns)
         self.dying, self.vanished, self.parked = Dying(scope), Vanishing(scope), Parked(scope)
+        self.foreign = ForeignFailures(scope)
         self.cron = Cron(scope)
         self.duties: list[Duty] = [
             self.reaper,
@@ -54,6 +56,7 @@ class Maintenance:
             ledger_duties.WatchPrimary(scope, self.ledger),
             ledger_duties.Sweep(scope, self.ledger),
             self.dying,
+            self.foreign,
             self.vanished,
             self.parked,
             BatchSweep(scope),

@@ -26,6 +26,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.core import execution, outcomes, registry, tracing
 from django_jobs.exceptions import JobCancelled, JobTimeout, WorkerLost
 from django_jobs.store import Claimed, Finished, Settled, Store, keys, rq_timestamp, split_token
+from django_jobs.store.lifecycle import RUNJOBS_MARK
 from django_jobs.telemetry import history, metrics, stats
 from django_jobs.telemetry.logs import redis_location
 from django_jobs.worker.duties.base import guarded
@@ -464,6 +465,7 @@ class Supervisor:
                         "hostname": self.hostname,
                         "state": "busy" if job_id else "idle",
                         "current_job": job_id,
+                        RUNJOBS_MARK: 1,
                     },
                 )
                 pipe.hsetnx(key, "birth", stamp)

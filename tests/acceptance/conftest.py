@@ -62,8 +62,8 @@ def runjobs(runjobs: Callable[..., Runjobs], request: pytest.FixtureRequest) -> 
     """The root ``runjobs``, remembering what it started so the audit can stop it first."""
     started = request.node.stash.setdefault(_STARTED, [])
 
-    def start(*args: str, extra_env: dict[str, str] | None = None) -> Runjobs:
-        process = runjobs(*args, extra_env=extra_env)
+    def start(*args: str, extra_env: dict[str, str] | None = None, command: str = "runjobs") -> Runjobs:
+        process = runjobs(*args, extra_env=extra_env, command=command)
         started.append(process)
         return process
 

@@ -28,6 +28,7 @@ def worker(redis, name: str, state: str, current_job: str = "") -> None:
         "hostname": "host-a",
         "pid": "7",
         "current_job": current_job,
+        "dj_runjobs": 1,
     }
     redis.hset(f"rq:worker:{name}", mapping=record)
     redis.sadd("rq:workers", f"rq:worker:{name}")

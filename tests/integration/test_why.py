@@ -146,6 +146,16 @@ def _replaced(store: Store) -> str:
     return first
 
 
+def _foreign(store: Store) -> str:
+    """What an rqworker does to a django_jobs job it pops (tests/acceptance runs a real one)."""
+    job_id = jobs.record.enqueue("taken").id
+    connection = store.connection
+    connection.lrem(keys.queue_key("default"), 0, job_id)
+    connection.hset(keys.job_key(job_id), mapping={"status": "failed", "worker_name": "c43f4e"})
+    connection.zadd(keys.failed_key("default"), {job_id: 1e10})
+    return job_id
+
+
 #: Per state: how to put a job in it, and what its sentence must say.
 CASES: dict[State, tuple[Callable[[Store], str], list[str]]] = {
     State.WAITING: (
@@ -188,6 +198,10 @@ CASES: dict[State, tuple[Callable[[Store], str], list[str]]] = {
     State.CANCELLED: (_cancelled, ["cancelled at", ": it will not run again"]),
     State.EXPIRED: (_expired, ["expired at", "it had not started by its expiry, so it was dropped unrun"]),
     State.REPLACED: (_replaced, ["replaced by a newer enqueue of the same debounced job (job "]),
+    State.FOREIGN: (
+        _foreign,
+        ["a foreign worker (c43f4e, not runjobs) took it from queue `default` and failed"],
+    ),
 }
 
 

@@ -38,7 +38,8 @@ def gauge(scraped, name, **labels):
 
 
 def worker(redis, name, state, queues="default,emails", hostname="host-a"):
-    redis.hset(f"rq:worker:{name}", mapping={"state": state, "queues": queues, "hostname": hostname})
+    record = {"state": state, "queues": queues, "hostname": hostname, "dj_runjobs": 1}  # a runjobs process
+    redis.hset(f"rq:worker:{name}", mapping=record)
     redis.sadd("rq:workers", f"rq:worker:{name}")
 
 

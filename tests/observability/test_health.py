@@ -31,8 +31,10 @@ def health(*args: str) -> tuple[int, str]:
     return 0, out.getvalue()
 
 
-def worker(redis, name="host.1", queues="default,emails", hostname="elsewhere"):
-    redis.hset(f"rq:worker:{name}", mapping={"state": "idle", "queues": queues, "hostname": hostname})
+def worker(redis, name="host.1", queues="default,emails", hostname="elsewhere", foreign=False):
+    """A live worker record: a runjobs work process's, or (``foreign``) an rqworker's, without the mark."""
+    mark = {} if foreign else {"dj_runjobs": 1}
+    redis.hset(f"rq:worker:{name}", mapping={"state": "idle", "queues": queues, "hostname": hostname, **mark})
     redis.sadd("rq:workers", f"rq:worker:{name}")
 
 
@@ -45,6 +47,7 @@ def test_healthy_when_services_answer_every_queue_has_a_worker_and_nothing_waits
         "ok   database: default",
         "ok   database: other",
         "ok   redis: default, emails",
+        "ok   foreign: no foreign worker",
         "ok   workers: default: 1 live",
         "ok   age: default: oldest job waited 0 s (limit 600)",
         "ok   workers: emails: 1 live",
@@ -72,6 +75,19 @@ def test_open_dead_letters_are_a_warning_naming_the_jobs_and_the_way_out(redis_d
     assert line.endswith("requeue or discard them in the dead-letter admin or with manage.py deadletters")
     assert "deadletters" not in health("--skip", "deadletters")[1]
     assert "ok   deadletters: none open" in health("emails")[1]  # only the queues asked about
+
+
+def test_a_foreign_worker_on_a_queue_is_a_warning_and_serves_nothing(redis_db):
+    worker(redis_db, queues="emails")
+    worker(redis_db, name="c43f4e", queues="default", hostname="old-box", foreign=True)
+    code, out = health()
+    assert code == 1, out  # default has no runjobs: the rqworker does not count
+    assert "FAIL workers: default: 0 live" in out
+    assert (
+        "WARN foreign: c43f4e on old-box (pid ?) serves default, not being runjobs: it fails the django_jobs "
+        "jobs it takes (runjobs dead-letters them); stop it"
+    ) in out.splitlines()
+    assert "ok   foreign: no foreign worker" in health("emails")[1]
 
 
 def test_a_queue_without_a_live_worker_is_unhealthy(redis_db):

@@ -39,11 +39,11 @@ LEDGER_WARN_AGE = 1800.0
 
 class Command(BaseCommand):
     help = (
-        "Exit non-zero if a database or Redis does not answer, a queue has no live worker, or a "
-        "running queue's oldest job waited longer than --max-age. Warn (exit 0) about a Redis that may "
-        "evict jobs, about quarantined or vanished items, open dead letters, a ledger that does not "
-        "drain and paused queues and job types; report each queue's durability level and its Redis' "
-        "replicas. One line per check."
+        "Exit non-zero if a database or Redis does not answer, a queue has no live runjobs, or a "
+        "running queue's oldest job waited longer than --max-age. Warn (exit 0) about a foreign worker "
+        "(an rqworker) on a queue, a Redis that may evict jobs, quarantined or vanished items, open dead "
+        "letters, a ledger that does not drain and paused queues and job types; report each queue's "
+        "durability level and its Redis' replicas. One line per check."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -155,6 +155,16 @@ class Command(BaseCommand):
             detail += " (open dead letters no job ran for: see the dead-letter admin)"
         self._warn_unless(not any(counts.values()), "quarantine", detail)
 
+    def _foreign(self, queues: list[str], foreign: list[WorkerState]) -> None:
+        """A foreign worker (an rqworker) on a checked queue fails every django_jobs job it takes."""
+        found = [w for w in foreign if w.served & set(queues)]
+        for worker in found:
+            where = f"{worker.name} on {worker.hostname or '?'} (pid {worker.pid or '?'})"
+            harm = "it fails the django_jobs jobs it takes (runjobs dead-letters them); stop it"
+            self._warn_unless(False, "foreign", f"{where} serves {worker.queues}, not being runjobs: {harm}")
+        if not found:
+            self._warn_unless(True, "foreign", "no foreign worker")
+
     def _dead_letters(self, queues: list[str]) -> None:
         """Open dead letters: jobs that failed for good and wait for an operator (a warning: jobs
         still flow)."""
@@ -228,6 +238,9 @@ class Command(BaseCommand):
                 failures += self._report(True, "redis", ", ".join(names))
             stats += part.queues
             workers += [w for w in part.workers if w.state]
+        if "foreign" not in skip:
+            self._foreign(queues, [w for w in workers if w.foreign])
+        workers = [w for w in workers if not w.foreign]  # it serves no django_jobs job
         if local:
             workers = [w for w in workers if w.hostname == socket.gethostname()]
         for queue in stats:
