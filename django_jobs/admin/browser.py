@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -44,8 +44,14 @@ TABS = [(listing, listing.name.lower().replace("_", " ")) for listing in Listing
 HISTORY = "history"
 
 
+if TYPE_CHECKING:
+    _Base = admin.ModelAdmin[Job]
+else:  # ModelAdmin is generic for the type checker only
+    _Base = admin.ModelAdmin
+
+
 @admin.register(Job)
-class JobBrowser(admin.ModelAdmin[Job]):
+class JobBrowser(_Base):
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm(VIEW_PERMISSION)
 
