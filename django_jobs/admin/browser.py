@@ -8,8 +8,6 @@ shows what the job page shows: a key's value (payload) only with the payload per
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -23,10 +21,10 @@ from django.views.decorators.http import require_POST
 from redis import Redis
 from redis.exceptions import RedisError
 
-from django_jobs.admin.jobs import CANCEL_PERMISSION, RETRY_PERMISSION, log_many
-from django_jobs.core import cancellation
+from django_jobs.admin.bulk import BULK_ACTIONS, BULK_LIMIT, BULK_URL_NAME
+from django_jobs.admin.jobs import log_many
 from django_jobs.core.connections import get_connection, queue_configs
-from django_jobs.failures import deadletter, retrying
+from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter, Job, JobHistory
 from django_jobs.ops import browse
 from django_jobs.store import browse as pages
@@ -230,37 +228,6 @@ class _Asked:
         query.update({"name": self.name} if self.name else {})
         query.update({"arg": self.arg} if self.arg is not None else {})
         return "?" + urlencode(query)
-
-
-@dataclass(frozen=True)
-class BulkAction:
-    """An action the browser applies to many jobs: its label, the permission it takes, and what it
-    does to one job (the outcome's name, for the summary and the audit log)."""
-
-    label: str
-    permission: str
-    act: Callable[[str, HttpRequest], str]
-
-    def run(self, job_id: str, request: HttpRequest) -> str:
-        try:
-            return self.act(job_id, request)
-        except RedisError as exc:
-            return f"not done: Redis did not answer ({exc})"
-
-
-BULK_ACTIONS = {
-    "cancel": BulkAction(
-        "Cancel", CANCEL_PERMISSION, lambda job_id, request: cancellation.cancel(job_id).value
-    ),
-    "retry": BulkAction(
-        "Retry now",
-        RETRY_PERMISSION,
-        lambda job_id, request: retrying.retry_now(job_id, actor=request.user).outcome.value,
-    ),
-}
-BULK_URL_NAME = "django_jobs_job_bulk"
-#: Jobs one bulk action acts on at most.
-BULK_LIMIT = 10_000
 
 
 def _job_url(job_id: str) -> str:

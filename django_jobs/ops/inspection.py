@@ -38,7 +38,7 @@ from django_jobs.store import (
     scheduled_key,
     wip_key,
 )
-from django_jobs.store.lifecycle import RUNJOBS_MARK, F
+from django_jobs.store.lifecycle import F, foreign_worker
 
 WORKERS = keys.WORKERS_SET
 #: Lines of parked jobs counted per queue; past them the count is a lower bound.
@@ -82,7 +82,7 @@ class WorkerState:
     """Whether the job hash says the current job still runs (read only when asked for)."""
     job_name: str
     foreign: bool = False
-    """A foreign worker's record (an rqworker: no runjobs mark), which fails the jobs it takes."""
+    """A foreign worker's record (an rqworker's, see ``lifecycle.foreign_worker``): it fails our jobs."""
 
     @property
     def served(self) -> frozenset[str]:
@@ -273,7 +273,7 @@ def _workers(
                 heartbeat_age=age(record.get(b"last_heartbeat"), now),
                 job_running=status == Status.STARTED.encode(),
                 job_name=text(job_name),
-                foreign=RUNJOBS_MARK.encode() not in record,
+                foreign=foreign_worker(record),
             )
         )
     return workers

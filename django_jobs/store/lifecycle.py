@@ -74,9 +74,16 @@ class F:
     LEDGER = "dj_ledger"  #: pushed with a ledger row ("ledger" queues): once that row is gone, the job ran
 
 
-#: A field of the worker record (``WORKER``) each runjobs work process writes: a record without it is
-#: a foreign worker's (an ``rqworker`` left on a django_jobs queue), which fails the jobs it takes.
+#: A field of the worker record (``WORKER``) each runjobs work process writes. A record without it that
+#: has RQ's own ``version`` field (:data:`RQ_VERSION`) is a foreign worker's (an ``rqworker`` left on a
+#: django_jobs queue), which fails the jobs it takes; one with neither is a runjobs of an older release.
 RUNJOBS_MARK = "dj_runjobs"
+RQ_VERSION = "version"
+
+
+def foreign_worker(record: Mapping[bytes, object]) -> bool:
+    """Whether a worker record (raw HGETALL) is a foreign worker's."""
+    return RUNJOBS_MARK.encode() not in record and RQ_VERSION.encode() in record
 
 
 class Kind(enum.StrEnum):

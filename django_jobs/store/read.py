@@ -275,7 +275,7 @@ def where(connection: Redis, job_id: str, queues: Sequence[str] = ()) -> Where:
 @dataclass(frozen=True)
 class Worker:
     """A live worker record (its hash expires with its heartbeat): a runjobs work process's, or a
-    foreign worker's (no :data:`~.lifecycle.RUNJOBS_MARK`: an rqworker, which fails our jobs)."""
+    foreign worker's (an rqworker's, see :func:`.lifecycle.foreign_worker`), which fails our jobs."""
 
     name: str
     queues: tuple[str, ...]
@@ -289,15 +289,18 @@ def workers(connection: Redis) -> list[Worker]:
     names = sorted(text(name) for name in connection.smembers(keys.WORKERS_SET))
     with connection.pipeline(transaction=False) as pipe:
         for name in names:
-            pipe.hmget(name, ["queues", "pid", "hostname", lc.RUNJOBS_MARK])
+            pipe.hgetall(name)
         replies = pipe.execute(raise_on_error=False)
     found = []
-    for name, reply in zip(names, replies, strict=True):
-        if isinstance(reply, list) and reply[0] is not None:
-            queues, pid, hostname, mark = (text(value) if value is not None else "" for value in reply)
+    for name, record in zip(names, replies, strict=True):
+        if isinstance(record, dict) and b"queues" in record:  # else its record expired: it is dead
             found.append(
                 Worker(
-                    name.removeprefix(keys.WORKER_PREFIX), tuple(queues.split(",")), pid, hostname, not mark
+                    name=name.removeprefix(keys.WORKER_PREFIX),
+                    queues=tuple(text(record[b"queues"]).split(",")),
+                    pid=text(record.get(b"pid", b"")),
+                    hostname=text(record.get(b"hostname", b"")),
+                    foreign=lc.foreign_worker(record),
                 )
             )
     return found

@@ -33,7 +33,7 @@ def health(*args: str) -> tuple[int, str]:
 
 def worker(redis, name="host.1", queues="default,emails", hostname="elsewhere", foreign=False):
     """A live worker record: a runjobs work process's, or (``foreign``) an rqworker's, without the mark."""
-    mark = {} if foreign else {"dj_runjobs": 1}
+    mark = {"version": "2.12.0"} if foreign else {"dj_runjobs": 1}  # what RQ's worker writes, or runjobs
     redis.hset(f"rq:worker:{name}", mapping={"state": "idle", "queues": queues, "hostname": hostname, **mark})
     redis.sadd("rq:workers", f"rq:worker:{name}")
 
@@ -75,6 +75,13 @@ def test_open_dead_letters_are_a_warning_naming_the_jobs_and_the_way_out(redis_d
     assert line.endswith("requeue or discard them in the dead-letter admin or with manage.py deadletters")
     assert "deadletters" not in health("--skip", "deadletters")[1]
     assert "ok   deadletters: none open" in health("emails")[1]  # only the queues asked about
+
+
+def test_a_runjobs_of_an_older_release_without_the_mark_is_not_foreign(redis_db):
+    redis_db.hset("rq:worker:old.1", mapping={"state": "idle", "queues": "default,emails", "hostname": "h"})
+    redis_db.sadd("rq:workers", "rq:worker:old.1")
+    code, out = health()
+    assert code == 0 and "ok   foreign: no foreign worker" in out, out
 
 
 def test_a_foreign_worker_on_a_queue_is_a_warning_and_serves_nothing(redis_db):
