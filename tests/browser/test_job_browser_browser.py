@@ -14,6 +14,7 @@ from django_jobs.testing import run_jobs
 from tests.browser.test_dashboard_browser import log_in, user_with
 from tests.browser.test_layout_browser import MEASURE
 from tests.integration.dashboard_support import ALL_PERMISSIONS
+from tests.integration.test_why import rq_failed
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pytest.mark.browser]
@@ -21,10 +22,10 @@ pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pyte
 URL = "/admin/django_jobs/job/"
 
 
-def claim(store: Store, nonce: str) -> None:
+def claim(store: Store, nonce: str, paused: tuple[str, ...] = ()) -> None:
     store.complete_and_claim(
         ["default"], finished=None, worker_name="host-a.4242", lease_seconds=30, nonce=nonce, finished_ttl=60,
-        limits=registry.limits_json(),
+        limits=registry.limits_json(paused),
     )  # fmt: skip
 
 
@@ -35,6 +36,10 @@ def a_busy_queue(redis_db) -> dict[str, list[str]]:
     claim(store, "n1")
     jobs.per_account.enqueue("account-17", "second")
     claim(store, "n2")  # over its key's limit: in its key's line
+    store.pause("job", "tests.always_fails", by="ada", reason="")
+    jobs.always_fails.enqueue("held back")
+    claim(store, "n3", paused=("tests.always_fails",))  # its type paused: parked
+    rq_failed(store)  # an rqworker took one and failed it
     ready = [jobs.record.enqueue(f"invoice-{n}").id for n in range(60)]
     jobs.record.options(priority=10).enqueue("urgent")
     jobs.always_fails.options(delay=600).enqueue("later")
@@ -62,6 +67,7 @@ def test_every_tab_lists_its_jobs_and_fits_with_the_sidebar_open(
     expect(page.locator("#job-tabs")).to_contain_text("ready (61)")
     screenshot(page, f"job-browser-{width}")
     for tab, says in (("running", "running"), ("in_line", "parked in its key's line"),
+                      ("parked", "parked by a paused type"), ("foreign", "failed by a foreign worker"),
                       ("scheduled", "scheduled"), ("history", "finished")):  # fmt: skip
         page.click(f"#job-tabs a[href*='tab={tab}']")
         expect(page.locator("#job-list tbody tr").first).to_contain_text(says)
@@ -120,3 +126,20 @@ def test_the_live_view_refreshes_the_list_in_place_until_paused(operator_page, e
     expect(page.locator("#job-tabs")).to_contain_text("ready (1)")
     page.click("#live-toggle")
     expect(page.locator("#job-tabs")).to_contain_text("ready (2)", timeout=12_000)
+
+
+def test_a_search_by_argument_then_retry_now_on_the_scheduled_tab(operator_page, expect, redis_db):
+    later = jobs.record.options(delay=600).enqueue("account-17").id
+    jobs.record.options(delay=600).enqueue("account-18")
+    page = operator_page
+    page.goto(URL + "?tab=scheduled")
+    page.fill("#search-arg", "account-17")
+    page.click("#job-filters input[type=submit]")
+    expect(page.locator("#job-searched")).to_contain_text("1 match among every job of this tab.")
+    expect(page.locator("#job-list tbody tr")).to_have_count(1)
+    page.check(f"input[name=ids][value='{later}']")
+    page.select_option("#bulk-action", "retry")
+    page.click("#job-bulk input[type=submit]")
+    page.click("#content-main form input[type=submit]")
+    expect(page.locator(".messagelist")).to_contain_text("Retry now, 1 job(s): 1 started.")
+    assert get_job(later).state is State.WAITING

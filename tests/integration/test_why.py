@@ -4,13 +4,16 @@ one sentence naming what holds the job and what lifts it: the same from ``get_jo
 
 from __future__ import annotations
 
+import html
 import io
+import re
 import time
 from collections.abc import Callable
 
 import pytest
 from django.core.management import call_command
 from django.db import transaction
+from django.urls import reverse
 
 import django_jobs
 from django_jobs import get_job
@@ -21,6 +24,7 @@ from django_jobs.store import Finished, Store, keys
 from django_jobs.store.lifecycle import State
 from django_jobs.testing import run_jobs
 from tests.conftest import wait_for
+from tests.integration.dashboard_support import operator
 from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "other"])
@@ -146,7 +150,7 @@ def _replaced(store: Store) -> str:
     return first
 
 
-def _foreign(store: Store) -> str:
+def rq_failed(store: Store) -> str:
     """What an rqworker does to a django_jobs job it pops (tests/acceptance runs a real one)."""
     job_id = jobs.record.enqueue("taken").id
     connection = store.connection
@@ -199,7 +203,7 @@ CASES: dict[State, tuple[Callable[[Store], str], list[str]]] = {
     State.EXPIRED: (_expired, ["expired at", "it had not started by its expiry, so it was dropped unrun"]),
     State.REPLACED: (_replaced, ["replaced by a newer enqueue of the same debounced job (job "]),
     State.FOREIGN: (
-        _foreign,
+        rq_failed,
         ["a foreign worker (c43f4e, not runjobs) took it from queue `default` and failed"],
     ),
 }
@@ -210,7 +214,7 @@ def test_every_state_has_a_case_here():
 
 
 @pytest.mark.parametrize("state", list(State), ids=lambda state: state.name)
-def test_each_state_gives_its_sentence_from_code_and_the_command_line(state, redis_db):
+def test_each_state_gives_its_sentence_from_code_the_command_line_and_the_job_page(state, redis_db, client):
     setup, says = CASES[state]
     job_id = setup(Store.of(redis_db))
     sentence = django_jobs.why(job_id)
@@ -222,6 +226,10 @@ def test_each_state_gives_its_sentence_from_code_and_the_command_line(state, red
     out = io.StringIO()
     call_command("jobs", "why", job_id, stdout=out)
     assert out.getvalue() == sentence + "\n"
+    operator(client, "view_deadletter", "view_deadletter_payload")
+    page = client.get(reverse("admin:django_jobs_deadletter_job", args=[job_id])).content.decode()
+    shown = re.search(r'<p id="job-why"><strong>Why:</strong> (.*?)</p>', page)
+    assert shown is not None and html.unescape(shown[1]).split(" UTC")[0] == sentence.split(" UTC")[0]
 
 
 def _kept_for(port: int) -> str:
