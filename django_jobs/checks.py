@@ -20,6 +20,7 @@ from django_jobs.core import registry
 from django_jobs.core.connections import cluster_mode, queue_configs, serializer_problem, server_connections
 from django_jobs.exceptions import JobNotFound
 from django_jobs.ops.eviction import eviction_policy
+from django_jobs.store import read
 
 
 def _installed() -> list[str]:
@@ -203,8 +204,9 @@ def _database_problems() -> list[CheckMessage]:
 
 @register()
 def check_redis_servers(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[CheckMessage]:
-    """Per Redis server of ``RQ_QUEUES``: warn about one that may evict queued jobs, refuse a Redis
-    Cluster node. One that does not answer is left to jobs_health."""
+    """Per Redis server of ``RQ_QUEUES``: warn about one that may evict queued jobs or that a foreign
+    worker (an rqworker) serves, refuse a Redis Cluster node. One that does not answer is left to
+    jobs_health."""
     problems: list[CheckMessage] = []
     try:
         grouped = server_connections(sorted(queue_configs()))
@@ -213,8 +215,10 @@ def check_redis_servers(app_configs: Sequence[AppConfig] | None = None, **kwargs
     for names, connection in grouped:
         try:
             found, clustered = eviction_policy(connection), cluster_mode(connection)
+            foreign = read.foreign_workers(connection, names)
         except RedisError:
             continue
+        problems += [_foreign_problem(worker) for worker in foreign]
         if found.evicts or found.unknown:
             problems.append(
                 Warning(
@@ -227,6 +231,15 @@ def check_redis_servers(app_configs: Sequence[AppConfig] | None = None, **kwargs
         if clustered:
             problems.append(_cluster_problem(names, found.server))
     return problems
+
+
+def _foreign_problem(worker: read.Worker) -> CheckMessage:
+    return Warning(
+        f"A foreign worker, {worker.name} (pid {worker.pid or '?'} on {worker.hostname or '?'}), serves "
+        f"{', '.join(worker.queues)}: an rqworker fails every django_jobs job it takes.",
+        hint="Stop it: runjobs runs django_jobs jobs, and moves those it failed into the dead letters.",
+        id="django_jobs.W012",
+    )
 
 
 def _cluster_problem(names: list[str], server: str) -> CheckMessage:

@@ -145,7 +145,7 @@ class JobBrowser(_Base):
         for listing, label in TABS:
             total = pages.page(connection, asked.queue, listing, 0, 0).total
             tabs.append((label, total, asked.link(tab=listing.name.lower(), start=0), listing is asked.tab))
-        ended = JobHistory.objects.filter(queue=asked.queue).order_by("-ended_at")
+        ended = JobHistory.objects.filter(queue=asked.queue).order_by("-id")
         ended_total = ended.count()
         tabs.append((HISTORY, ended_total, asked.link(tab=HISTORY, start=0), asked.tab == HISTORY))
         searched = None

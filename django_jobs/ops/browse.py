@@ -143,7 +143,7 @@ def jobs(
                 if len(rows) >= limit:
                     return Found(rows[:limit], looked, complete=False)
     past = [state.name.lower() for state in PAST & states]
-    ended = JobHistory.objects.filter(queue__in=queues, state__in=past).order_by("-ended_at")
+    ended = JobHistory.objects.filter(queue__in=queues, state__in=past).order_by("-id")
     letters = DeadLetter.objects.filter(queue__in=queues).order_by("-created_at")
     for wanted, table, row in ((past, ended, Row.of_past), (State.DEAD in states, letters, _of_letter)):
         if wanted and len(rows) < limit:

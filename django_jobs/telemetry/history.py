@@ -11,10 +11,12 @@ reason to stop jobs). A job that ends twice (a rerun after a failover) keeps its
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+import json
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, router, transaction
@@ -101,35 +103,66 @@ COLUMNS = (
 
 
 def _write(rows: Sequence[dict[str, Any]]) -> None:
-    """One INSERT of ``rows`` (a row whose job has one already is skipped). Written by hand rather than
-    by ``bulk_create``: the ORM's per-field, per-row preparation costs a no-op job several per cent of
-    its time; here only the datetimes and the JSON are adapted, by the backend's own adapters."""
+    """One INSERT of ``rows`` (a row whose job has one already is skipped), written by hand: the ORM's
+    per-field, per-row preparation (``bulk_create``) would cost a no-op job several per cent of its
+    time. In a savepoint inside a caller's transaction: a refused row never breaks it."""
     from django_jobs.models import JobHistory
 
     alias = router.db_for_write(JobHistory)
     connection = connections[alias]
-    ops, meta = connection.ops, JobHistory._meta
-    errors = meta.get_field("errors")
-    values = [
-        (
-            *(row[name] for name in COLUMNS[:6]),
-            ops.adapt_datetimefield_value(row["enqueued_at"]),
-            ops.adapt_datetimefield_value(row["ended_at"]),
-            row["worker"],
-            errors.get_db_prep_save(row["errors"], connection),
-            row["data"],
-        )
-        for row in rows
-    ]
-    column = {field.name: str(field.column) for field in meta.concrete_fields}
-    names = ", ".join(ops.quote_name(column[name]) for name in COLUMNS)
-    insert = ops.insert_statement(on_conflict=OnConflict.IGNORE)
+    ops = connection.ops
+    into = (
+        f"{ops.insert_statement(on_conflict=OnConflict.IGNORE)} {ops.quote_name(JobHistory._meta.db_table)}"
+    )
+    into += f" ({', '.join(ops.quote_name(name) for name in COLUMNS)})"
     skip = ops.on_conflict_suffix_sql([], OnConflict.IGNORE, [], [])
-    places = ", ".join(["%s"] * len(COLUMNS))
-    sql = f"{insert} {ops.quote_name(meta.db_table)} ({names}) VALUES ({places}) {skip}"
-    # a savepoint inside a caller's transaction: a refusal never breaks it
     with transaction.atomic(using=alias), connection.cursor() as cursor:
-        cursor.executemany(sql, values)
+        if _psycopg3(connection):
+            _unnest(connection, f"{into} SELECT * FROM UNNEST(%s) {skip}", rows)
+            return
+        adapt = ops.adapt_datetimefield_value
+        places = ", ".join(["%s"] * len(COLUMNS))
+        cursor.executemany(f"{into} VALUES ({places}) {skip}", [_adapted(row, adapt) for row in rows])
+
+
+def _psycopg3(connection: Any) -> bool:
+    if connection.vendor != "postgresql":
+        return False
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3  # imports the driver
+
+    return bool(is_psycopg3)
+
+
+def _unnest(connection: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None:
+    """PostgreSQL: the rows as one array per column, in one statement parsed once, on psycopg's own
+    cursor, which binds them server-side in binary (Django's cursor binds client-side, escaping every
+    element as text: most of the cost)."""
+    import psycopg
+
+    from django_jobs.models import JobHistory
+
+    arrays = [[row[name] for row in rows] for name in COLUMNS]
+    arrays[COLUMNS.index("errors")] = [_json(row["errors"]) for row in rows]
+    meta = JobHistory._meta
+    casts = ", ".join(f"%b::{meta.get_field(name).db_type(connection)}[]" for name in COLUMNS)
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as raw:  # Django's errors
+        raw.execute(sql.replace("UNNEST(%s)", f"UNNEST({casts})"), arrays)
+
+
+def _json(errors: Sequence[Any]) -> str:
+    return json.dumps(list(errors)) if errors else "[]"  # most jobs failed no attempt
+
+
+def _adapted(row: dict[str, Any], adapt: Callable[[Any], Any]) -> tuple[Any, ...]:
+    """A row's values as any backend but PostgreSQL takes them: its datetimes and its JSON adapted."""
+    return (
+        *(row[name] for name in COLUMNS[:6]),
+        adapt(row["enqueued_at"]),
+        adapt(row["ended_at"]),
+        row["worker"],
+        _json(row["errors"]),
+        row["data"],
+    )
 
 
 def _one_by_one(rows: Sequence[dict[str, Any]]) -> int:
@@ -151,16 +184,19 @@ def forget() -> None:
 
 
 def prune(batch: int = PRUNE_BATCH, budget: float = 1.0) -> int:
-    """Delete rows older than ``JOBS["HISTORY_RETENTION"]``, ``batch`` at a time, for at most about
-    ``budget`` seconds (enough to keep up with thousands of jobs a second); returns how many."""
+    """Delete rows older than ``JOBS["HISTORY_RETENTION"]``, ``batch`` at a time from the oldest id on,
+    for at most about ``budget`` seconds (enough to keep up with thousands of jobs a second); returns
+    how many. Each batch reads the first ids, O(batch) whatever the table holds; a row written late
+    (after a database outage) waits until the rows before it go."""
     from django_jobs.models import JobHistory
 
     cutoff = timezone.now() - dt.timedelta(seconds=jobs_settings.HISTORY_RETENTION)
     deadline = time.monotonic() + budget
     total = 0
     while True:
-        stale = list(JobHistory.objects.filter(ended_at__lt=cutoff).values_list("pk", flat=True)[:batch])
+        head = list(JobHistory.objects.order_by("id").values_list("pk", "ended_at")[:batch])
+        stale = list(itertools.takewhile(lambda row: row[1] < cutoff, head))
         if stale:
-            total += JobHistory.objects.filter(pk__in=stale).delete()[0]
+            total += JobHistory.objects.filter(pk__in=[pk for pk, _ in stale]).delete()[0]
         if len(stale) < batch or time.monotonic() >= deadline:
             return total

@@ -8,6 +8,7 @@ import contextlib
 import io
 
 import pytest
+from django.core import checks
 from django.core.management import CommandError, call_command
 
 from django_jobs import get_job
@@ -34,6 +35,8 @@ def test_a_job_an_rqworker_failed_ends_as_a_dead_letter_and_the_check_names_the_
     wait_for(lambda: redis_db.scard(keys.WORKERS_SET) == 1, timeout=30)
     (line,) = [line for line in health("default").splitlines() if "foreign" in line]
     assert line.startswith("WARN foreign: ") and "serves default, not being runjobs" in line
+    (warning,) = [m for m in checks.run_checks() if m.id == "django_jobs.W012"]
+    assert "serves default: an rqworker fails every django_jobs job it takes" in warning.msg
 
     handle = jobs.record.enqueue("taken")
     wait_for(lambda: redis_db.zscore(keys.failed_key("default"), handle.id) is not None, timeout=30)
@@ -50,6 +53,7 @@ def test_a_job_an_rqworker_failed_ends_as_a_dead_letter_and_the_check_names_the_
 
     assert rq.terminate() == 0
     wait_for(lambda: "foreign: no foreign worker" in health("default"), timeout=30)
+    assert not [m for m in checks.run_checks() if m.id == "django_jobs.W012"]
     runjobs("default")
     (requeued,) = deadletter.requeue([letter]).entries
     wait_for(lambda: SideEffect.objects.filter(key="taken").exists(), timeout=30)
