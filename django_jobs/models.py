@@ -109,10 +109,11 @@ class JobHistory(models.Model):
     Written in bulk, off the hot path: each process buffers the rows of the jobs it ended and writes
     them at most once a second (``telemetry.history``); maintenance deletes expired rows in batches.
     Rows are written in about the order their jobs ended, so the id orders them (newest first: the
-    largest ids) and the oldest are the first ids: three indexes, the least a row's INSERT can keep.
+    largest ids) and the oldest are the first ids: three indexes (id, job id, queue and id), the least
+    a row's INSERT can keep.
     """
 
-    job_id = models.CharField(max_length=64, unique=True)
+    job_id = models.CharField(max_length=64)
     job_name = models.CharField(max_length=200)
     queue = models.CharField(max_length=100)
     state = models.CharField(max_length=20, help_text="Its ended state, as `manage.py jobs` names states.")
@@ -129,6 +130,8 @@ class JobHistory(models.Model):
         verbose_name_plural = "history"
         default_permissions = ()
         indexes = [models.Index(fields=["queue", "-id"], name="djjobs_history_listing")]
+        # a constraint, not unique=True, which on PostgreSQL adds a second (LIKE) index to every INSERT
+        constraints = [models.UniqueConstraint(fields=["job_id"], name="djjobs_history_one_per_job")]
 
     def __str__(self) -> str:
         return f"{self.job_name} {self.job_id}"

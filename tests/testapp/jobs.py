@@ -704,3 +704,45 @@ def machine(key: str, account: str = "") -> None:
 def machine_keyed(key: str, account: str) -> None:
     """One attempt at a time per account: the machine checks that no two ever hold a lease at once."""
     SideEffect.objects.create(key=key)
+
+
+# --- Verifying jobs (django_jobs.testing.verify_idempotent) -----------------------------------------
+
+
+@job(name="tests.upsert_item", timeout=10, retry=FAST)
+def upsert_item(name: str) -> None:
+    """Only an upsert: the second run writes the same row again."""
+    Item.objects.update_or_create(name=name, defaults={"name": name})
+
+
+@job(name="tests.mark_item", timeout=10, retry=FAST)
+def mark_item(name: str) -> None:
+    """Changes an existing row each run: not idempotent, though it inserts nothing."""
+    from django.db.models import Value
+    from django.db.models.functions import Concat
+
+    Item.objects.filter(name__startswith=name).update(name=Concat("name", Value("!")))
+
+
+@job(name="tests.mail_invoice", timeout=10, retry=FAST)
+def mail_invoice(to: str, once: bool = False) -> None:
+    """Sends a mail; ``once``: at most once, guarded by an idempotency key."""
+    from django.core.mail import send_mail
+
+    with idempotent(f"mail_invoice:{to}") as first:
+        if first or not once:
+            send_mail("Your invoice", "Attached.", "shop@example.com", [to])
+
+
+@job(name="tests.enqueue_follow_up", timeout=10, retry=FAST)
+def enqueue_follow_up(key: str, unique: bool = False) -> None:
+    """Enqueues the next job; ``unique``: under a unique key, so a second enqueue is dropped."""
+    (record.options(unique_key=f"follow-up:{key}") if unique else record).enqueue(key)
+
+
+@job(name="tests.charge_card", timeout=10, retry=FAST)
+def charge_card(order: str, keyed: bool = False) -> None:
+    """Calls a payment gateway (declared as an outside effect), with or without an idempotency key."""
+    from django_jobs.testing import effect
+
+    effect(f"a charge of order {order} at the payment gateway", key=f"order-{order}" if keyed else None)
