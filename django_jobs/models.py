@@ -129,9 +129,12 @@ class JobHistory(models.Model):
         verbose_name = "finished job"
         verbose_name_plural = "history"
         default_permissions = ()
-        indexes = [models.Index(fields=["queue", "-id"], name="djjobs_history_listing")]
-        # a constraint, not unique=True, which on PostgreSQL adds a second (LIKE) index to every INSERT
-        constraints = [models.UniqueConstraint(fields=["job_id"], name="djjobs_history_one_per_job")]
+        # Meta indexes, not db_index=True, which on PostgreSQL adds a second (LIKE) index to every INSERT;
+        # not unique: a job ends once (its attempts' ends are fenced), and a unique check costs each row
+        indexes = [
+            models.Index(fields=["job_id"], name="djjobs_history_job"),
+            models.Index(fields=["queue", "-id"], name="djjobs_history_listing"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_name} {self.job_id}"
