@@ -4,10 +4,13 @@ Django's sidebar open. ``JOBS_SCREENSHOTS=docs`` keeps the screenshots the docs 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from django_jobs import get_job
-from django_jobs.core import registry
+from django_jobs.core import execution, registry
+from django_jobs.exceptions import PermanentError
 from django_jobs.store import Store
 from django_jobs.store.lifecycle import State
 from django_jobs.testing import run_jobs
@@ -22,11 +25,11 @@ pytestmark = [pytest.mark.django_db(transaction=True, databases="__all__"), pyte
 URL = "/admin/django_jobs/job/"
 
 
-def claim(store: Store, nonce: str, paused: tuple[str, ...] = ()) -> None:
-    store.complete_and_claim(
-        ["default"], finished=None, worker_name="host-a.4242", lease_seconds=30, nonce=nonce, finished_ttl=60,
-        limits=registry.limits_json(paused),
-    )  # fmt: skip
+def claim(store: Store, nonce: str, paused: tuple[str, ...] = (), lease: float = 30):
+    return store.complete_and_claim(
+        ["default"], finished=None, worker_name="host-a.4242", lease_seconds=lease, nonce=nonce,
+        finished_ttl=60, limits=registry.limits_json(paused),
+    ).claimed  # fmt: skip
 
 
 def a_busy_queue(redis_db) -> dict[str, list[str]]:
@@ -40,6 +43,12 @@ def a_busy_queue(redis_db) -> dict[str, list[str]]:
     jobs.always_fails.enqueue("held back")
     claim(store, "n3", paused=("tests.always_fails",))  # its type paused: parked
     rq_failed(store)  # an rqworker took one and failed it
+    jobs.permanent.enqueue("dying")
+    execution.settle_failure(store, claim(store, "n4"), PermanentError("voided"))  # its dead letter unwritten
+    jobs.record.enqueue("lost")
+    claim(store, "n5", lease=0.01)
+    time.sleep(0.05)
+    store.maintain(["default"], registry.limits_json())  # its lease expired: lost
     ready = [jobs.record.enqueue(f"invoice-{n}").id for n in range(60)]
     jobs.record.options(priority=10).enqueue("urgent")
     jobs.always_fails.options(delay=600).enqueue("later")
@@ -68,9 +77,10 @@ def test_every_tab_lists_its_jobs_and_fits_with_the_sidebar_open(
     screenshot(page, f"job-browser-{width}")
     for tab, says in (("running", "running"), ("in_line", "parked in its key's line"),
                       ("parked", "parked by a paused type"), ("foreign", "failed by a foreign worker"),
+                      ("lost", "lost"), ("dying", "dying"),
                       ("scheduled", "scheduled"), ("history", "finished")):  # fmt: skip
         page.click(f"#job-tabs a[href*='tab={tab}']")
-        expect(page.locator("#job-list tbody tr").first).to_contain_text(says)
+        expect(page.locator("#job-list tbody")).to_contain_text(says)
         sizes = page.evaluate(MEASURE, "#job-list")
         assert sizes["pageOverflow"] <= 0, (tab, sizes)
     page.click("#job-list tbody a")  # its job page, with why
