@@ -1,9 +1,9 @@
 """The history of ended jobs in the database (:class:`~django_jobs.models.JobHistory`), written in
 bulk off the hot path.
 
-Each process buffers the rows of the jobs it ended (:func:`keep`) and writes them in one INSERT at
-most once a second (:func:`flush`, where the outcome counters are flushed): a job costs an append,
-not a query. A database that does not answer keeps the rows for the next flush, up to
+Each process buffers the rows of the jobs it ended (:func:`keep`) and writes them in one statement
+at most once a second (:func:`flush`, where the outcome counters are flushed): a job costs an
+append, not a query. A database that does not answer keeps the rows for the next flush, up to
 :data:`MAX_PENDING`; past it the oldest are dropped with a warning (the history is a record, never a
 reason to stop jobs).
 """
