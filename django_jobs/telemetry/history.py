@@ -19,6 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, router, transaction
 from django.utils import timezone
 
@@ -116,11 +117,22 @@ def _write(rows: Sequence[dict[str, Any]]) -> None:
         if _psycopg3(connection):
             _copy(connection, f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)", rows)
             return
-        adapt = ops.adapt_datetimefield_value
+        adapt = _utc_text if _stores_utc_text(connection) else ops.adapt_datetimefield_value
         places = ", ".join(["%s"] * len(COLUMNS))
         cursor.executemany(
             f"INSERT INTO {table} ({columns}) VALUES ({places})", [_adapted(row, adapt) for row in rows]
         )
+
+
+def _stores_utc_text(connection: Any) -> bool:
+    """Whether the database stores an aware datetime as the text of its naive UTC value, as Django's
+    SQLite backend does with ``USE_TZ`` and no ``TIME_ZONE`` of its own: then :func:`_utc_text`
+    gives what its adapter gives, for half the time."""
+    return connection.vendor == "sqlite" and bool(settings.USE_TZ) and connection.timezone_name == "UTC"
+
+
+def _utc_text(value: dt.datetime | None) -> str | None:
+    return None if value is None else str(value.astimezone(dt.UTC).replace(tzinfo=None))
 
 
 def _psycopg3(connection: Any) -> bool:

@@ -9,7 +9,7 @@ import json
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import transaction
+from django.db import connection, transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
@@ -238,3 +238,11 @@ def test_bad_arguments_and_unknown_ids_are_one_line_errors(arguments, says, redi
     with pytest.raises(CommandError, match=says) as caught:
         call_command("jobs", *arguments)
     assert "\n" not in str(caught.value)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the text SQLite's adapter writes")
+def test_a_times_utc_text_is_what_the_sqlite_adapter_writes():
+    assert history._stores_utc_text(connection)
+    now = timezone.now()
+    for value in (now, now.astimezone(dt.timezone(dt.timedelta(hours=5, minutes=30))), None):
+        assert history._utc_text(value) == connection.ops.adapt_datetimefield_value(value)
