@@ -102,13 +102,20 @@ class JobBrowser(_Base):
         return HttpResponseRedirect(back)
 
     def _chosen(self, request: HttpRequest, asked: _Asked) -> list[str]:
-        """The ids ticked, or with ``all``, those of the tab's listing (Redis jobs only)."""
+        """The ids ticked, or with ``all``, those of the tab's listing (Redis jobs only) that match the
+        search shown with it."""
         if request.POST.get("all") and isinstance(asked.tab, Listing):
-            found = browse.jobs([asked.queue], frozenset(pages.LISTED_IN[asked.tab]), limit=BULK_LIMIT)
+            states = frozenset(pages.LISTED_IN[asked.tab])
+            found = browse.jobs([asked.queue], states, self._query(request, asked), limit=BULK_LIMIT)
             return [row.id for row in found.rows]
-        return [job_id for job_id in dict.fromkeys(request.POST.getlist("ids")) if valid_job_id(job_id)][
-            :BULK_LIMIT
-        ]
+        ticked = dict.fromkeys(request.POST.getlist("ids"))
+        return [job_id for job_id in ticked if valid_job_id(job_id)][:BULK_LIMIT]
+
+    @staticmethod
+    def _query(request: HttpRequest, asked: _Asked) -> browse.Query:
+        """The search asked for; an argument's value only with the payload permission."""
+        payload = request.user.has_perm(deadletter.PAYLOAD_PERMISSION)
+        return browse.Query(asked.name, asked.arg if payload else None)
 
     def browse_view(self, request: HttpRequest) -> HttpResponse:
         if not self.has_view_permission(request):
@@ -151,7 +158,7 @@ class JobBrowser(_Base):
         searched = None
         if asked.name or asked.arg is not None:
             states = pages.LISTED_IN[asked.tab] if isinstance(asked.tab, Listing) else browse.PAST
-            query = browse.Query(asked.name, asked.arg if show_key else None)
+            query = self._query(request, asked)
             searched = browse.jobs([asked.queue], states, query, limit=PER_PAGE, look=SEARCH_LOOK)
             rows, total = searched.rows, len(searched.rows)
         else:

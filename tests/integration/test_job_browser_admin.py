@@ -187,3 +187,15 @@ def test_a_search_by_name_or_argument_value_is_bounded_and_needs_the_payload_per
     html = client.get(URL + "?queue=default&tab=ready&arg=17").content.decode()
     assert "Searching by an argument's value needs" in html
     assert len(ids_on(html)) == 3  # the argument left out: every ready job
+
+
+def test_a_bulk_action_on_a_whole_tab_while_searching_acts_on_the_matches_only(client, redis_db):
+    wanted = [jobs.record.options(delay=600).enqueue("17").id for _ in range(2)]
+    other = jobs.record.options(delay=600).enqueue("18").id
+    operator(client, "view_deadletter", "view_deadletter_payload", "cancel_job")
+    form = {"action": "cancel", "queue": "default", "tab": "scheduled", "all": "1", "arg": "17"}
+    page = client.post(BULK, form).content.decode()
+    ids = re.findall(r'<input type="hidden" name="ids" value="([^"]+)">', page)
+    assert sorted(ids) == sorted(wanted) and 'name="arg" value="17"' in page
+    client.post(BULK, {**form, "ids": ids, "confirm": "yes"})
+    assert get_job(other).state is State.SCHEDULED
