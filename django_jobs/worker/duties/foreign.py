@@ -7,10 +7,10 @@ requeued, and warns, once per worker, of every foreign worker registered on one 
 from __future__ import annotations
 
 import logging
-import zlib
 
+from django_jobs.core import payload
 from django_jobs.core.connections import queues_on
-from django_jobs.exceptions import ForeignWorker
+from django_jobs.exceptions import ForeignWorker, PayloadError
 from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter
 from django_jobs.store import JobRecord
@@ -69,10 +69,13 @@ class ForeignFailures(Duty):
 
 
 def _restored(data: bytes) -> bytes:
-    """The payload as django_jobs wrote it: RQ saves a job's data back zlib-compressed."""
+    """The payload as django_jobs wrote it: RQ saves a job's data back zlib-compressed (inflated within
+    ``MAX_PAYLOAD_BYTES``; data that is not, or that inflates past it, stays as it is)."""
+    if data[:1] == b"[":
+        return data
     try:
-        return zlib.decompress(data)
-    except zlib.error:
+        return payload.inflate(data)
+    except PayloadError:
         return data
 
 
