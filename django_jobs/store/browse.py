@@ -122,6 +122,15 @@ def _parts(connection: Redis, queue: str, listing: Listing) -> list[_Part]:
 def page(connection: Redis, queue: str, listing: Listing, start: int = 0, count: int = 50) -> Page:
     """Jobs ``start`` to ``start + count`` of ``listing`` in ``queue``. The lost and dying sets are
     one per server: their page holds the jobs of every queue, for the caller to filter."""
+    job_ids, total = ids(connection, queue, listing, start, count)
+    found = read.locate(connection, job_ids, [queue]) if job_ids else {}
+    return Page([found[job_id] for job_id in job_ids], total, start)
+
+
+def ids(
+    connection: Redis, queue: str, listing: Listing, start: int = 0, count: int = 50
+) -> tuple[list[str], int]:
+    """The ids of :func:`page`, not located, and how many the listing holds: two round trips."""
     try:
         parts = _parts(connection, queue, listing)
     except ResponseError:  # an index of the wrong type (runjobs moves it aside): nothing to list
@@ -130,9 +139,7 @@ def page(connection: Redis, queue: str, listing: Listing, start: int = 0, count:
         for part in parts:
             part.length(pipe)
         lengths = [n if isinstance(n, int) else 0 for n in pipe.execute(raise_on_error=False)]
-    ids = _slice(connection, parts, lengths, start, count)
-    found = read.locate(connection, ids, [queue]) if ids else {}
-    return Page([found[job_id] for job_id in ids], sum(lengths), start)
+    return _slice(connection, parts, lengths, start, count), sum(lengths)
 
 
 def _slice(
