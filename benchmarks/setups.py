@@ -95,6 +95,7 @@ def compare(
     sizes, kept = bench.sizes, dict(bench.results)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     bench.sizes = dataclasses.replace(sizes, repeat=1)
+    _empty_history()  # each setup starts from the same table, not one its earlier runs filled
     try:
         for rep in range(sizes.repeat):
             for name in names:
@@ -110,6 +111,17 @@ def compare(
         for name, rows in runs.items()
         if rows
     }
+
+
+def _empty_history() -> None:
+    """Empty the history table (TRUNCATE where the database has it: no dead rows left behind)."""
+    from django.db import connection
+
+    from django_jobs.models import JobHistory
+
+    table = connection.ops.quote_name(JobHistory._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{'TRUNCATE' if connection.vendor == 'postgresql' else 'DELETE FROM'} {table}")
 
 
 def _measure(bench: Any) -> dict[str, float]:

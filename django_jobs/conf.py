@@ -104,7 +104,7 @@ class JobsSettings:
     # callbacks, before runjobs deletes it.
     BATCH_RETENTION: float = 30 * 24 * 3600
     # Keep a row per ended job (succeeded, dead, cancelled, expired) in the database, for the job
-    # browser's history: written in bulk at most once a second per process.
+    # browser's history: each process writes its rows in one statement every 5 s (or each 5,000).
     HISTORY: bool = True
     # Seconds a history row is kept before runjobs deletes it (in batches).
     HISTORY_RETENTION: float = 3 * 24 * 3600

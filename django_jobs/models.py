@@ -107,7 +107,7 @@ class JobHistory(models.Model):
     record go (``FINISHED_TTL``) for ``JOBS["HISTORY_RETENTION"]`` seconds: the browser's history.
 
     Written in bulk, off the hot path: each process buffers the rows of the jobs it ended and writes
-    them at most once a second (``telemetry.history``); maintenance deletes expired rows in batches.
+    them every few seconds (``telemetry.history``); maintenance deletes expired rows in batches.
     Rows are written in about the order their jobs ended, so the id orders them (newest first: the
     largest ids) and the oldest are the first ids: three indexes (id, job id, queue and id), the least
     a row's INSERT can keep.

@@ -2,8 +2,9 @@
 bulk off the hot path.
 
 Each process buffers the rows of the jobs it ended (:func:`keep`) and writes them in one statement
-at most once a second (:func:`flush`, where the outcome counters are flushed): a job costs an
-append, not a query. A database that does not answer keeps the rows for the next flush, up to
+every :data:`FLUSH_EVERY` seconds, or once :data:`FLUSH_ROWS` wait (:func:`flush`, where the
+outcome counters are flushed): a job costs an append, not a query, and the database a write every
+few seconds per process. A database that does not answer keeps the rows for the next flush, up to
 :data:`MAX_PENDING`; past it the oldest are dropped with a warning (the history is a record, never a
 reason to stop jobs).
 """
@@ -31,7 +32,9 @@ logger = logging.getLogger("django_jobs.history")
 
 #: Rows a process keeps while the database does not answer.
 MAX_PENDING = 10_000
-FLUSH_EVERY = 1.0
+#: Seconds between two writes of a process's rows, unless ``FLUSH_ROWS`` are waiting before that.
+FLUSH_EVERY = 5.0
+FLUSH_ROWS = 5000
 #: Rows deleted per prune.
 PRUNE_BATCH = 1000
 
@@ -80,7 +83,7 @@ def flush(*, every: float = FLUSH_EVERY) -> None:
     the database refuses (garbage a job's record carried) are dropped with a warning, one by one,
     so they never hold back the others; rows of a database that does not answer are kept."""
     global _flushed_at
-    if not _pending or time.monotonic() - _flushed_at < every:
+    if not _pending or (len(_pending) < FLUSH_ROWS and time.monotonic() - _flushed_at < every):
         return
     rows = list(_pending)
     try:
@@ -154,14 +157,24 @@ def _copy(connection: Any, sql: str, rows: Sequence[dict[str, Any]]) -> None:
     """PostgreSQL: binary COPY on psycopg's own cursor, the cheapest way in, for the client (no SQL
     text to build or escape) and the server (no statement per row)."""
     import psycopg
-    from psycopg.types.json import Jsonb
 
     from django_jobs.models import JobHistory
 
     meta = JobHistory._meta
     types = [_PG_TYPES[meta.get_field(name).get_internal_type()] for name in COLUMNS]
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as raw:
+        if len(connection.atomic_blocks) == 1:  # its own transaction, not a caller's
+            # a record, not a job: its commit need not wait for the disk (a database crash within
+            # 3 * wal_writer_delay loses those rows; the jobs are safe)
+            raw.execute("SET LOCAL synchronous_commit TO OFF")
+        _copy_rows(raw, sql, types, rows)
+
+
+def _copy_rows(raw: Any, sql: str, types: list[str], rows: Sequence[dict[str, Any]]) -> None:
+    from psycopg.types.json import Jsonb
+
     errors = COLUMNS.index("errors")
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as raw, raw.copy(sql) as copy:
+    with raw.copy(sql) as copy:
         copy.set_types(types)
         for row in rows:
             values = [row[name] for name in COLUMNS]

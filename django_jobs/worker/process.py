@@ -202,8 +202,8 @@ class WorkProcess:
         if not pending:
             self._report(_DONE)
         stats.flush(where, every=0)
-        # history rows at most once a second even when idle between jobs (each is a database write:
-        # one per job at a low rate would contend with enqueues for the database), all when stopping
+        # history rows at their usual pace even when idle between jobs (each write is a database
+        # write: one per job at a low rate would contend with enqueues for the database), all when stopping
         history.flush(every=0 if stopping else history.FLUSH_EVERY)
         if stopping:
             if not pending:

@@ -246,3 +246,16 @@ def test_a_times_utc_text_is_what_the_sqlite_adapter_writes():
     now = timezone.now()
     for value in (now, now.astimezone(dt.timezone(dt.timedelta(hours=5, minutes=30))), None):
         assert history._utc_text(value) == connection.ops.adapt_datetimefield_value(value)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's synchronous_commit")
+def test_a_flush_inside_a_callers_transaction_leaves_its_commit_synchronous(redis_db):
+    job_id = jobs.record.enqueue("a").id
+    run_jobs()
+    row = model_to_dict(JobHistory.objects.get(job_id=job_id), exclude=["id"])
+    with transaction.atomic(), connection.cursor() as cursor:
+        history.keep({**row, "job_id": "inside"})
+        history.flush(every=0)
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"  # the caller's data is as durable as it was
+    assert JobHistory.objects.filter(job_id="inside").exists()
