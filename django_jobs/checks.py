@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.urls import get_resolver
 from django.utils.module_loading import import_string
+from redis import Redis
 from redis.exceptions import RedisError
 
 from django_jobs import conf
@@ -215,10 +216,10 @@ def check_redis_servers(app_configs: Sequence[AppConfig] | None = None, **kwargs
     for names, connection in grouped:
         try:
             found, clustered = eviction_policy(connection), cluster_mode(connection)
-            foreign = read.foreign_workers(connection, names)
         except RedisError:
             continue
-        problems += [_foreign_problem(worker) for worker in foreign]
+        if not clustered:  # a cluster node answers no key of ours: the cluster error says enough
+            problems += _foreign_problems(connection, names)
         if found.evicts or found.unknown:
             problems.append(
                 Warning(
@@ -231,6 +232,13 @@ def check_redis_servers(app_configs: Sequence[AppConfig] | None = None, **kwargs
         if clustered:
             problems.append(_cluster_problem(names, found.server))
     return problems
+
+
+def _foreign_problems(connection: Redis, names: list[str]) -> list[CheckMessage]:
+    try:
+        return [_foreign_problem(worker) for worker in read.foreign_workers(connection, names)]
+    except RedisError:  # left to jobs_health, as a server that does not answer is
+        return []
 
 
 def _foreign_problem(worker: read.Worker) -> CheckMessage:
