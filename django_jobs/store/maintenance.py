@@ -87,9 +87,11 @@ class Maintenance(Part):
         """Drop an id whose dead letter exists; False if another runjobs already did."""
         return bool(self.connection.zrem(keys.VANISHED, item.member))
 
-    def foreign_failures(self, queue: str, limit: int = 100) -> list[str]:
-        """Ids in RQ's failed registry of ``queue`` (jobs a foreign worker failed, or RQ's own)."""
-        members: list[bytes] = self.connection.zrange(keys.failed_key(queue), 0, limit - 1)  # type: ignore[assignment]
+    def foreign_failures(self, queue: str, *, start: int = 0, limit: int = 100) -> list[str]:
+        """Ids in RQ's failed registry of ``queue`` (jobs a foreign worker failed, or RQ's own), from
+        the ``start``-th on."""
+        failed = keys.failed_key(queue)
+        members: list[bytes] = self.connection.zrange(failed, start, start + limit - 1)  # type: ignore[assignment]
         return [text(member) for member in members]
 
     def foreign_error(self, job_id: str) -> str:

@@ -19,6 +19,8 @@ from django_jobs.worker.duties.base import Duty, Scope
 
 logger = logging.getLogger("django_jobs.worker")
 
+#: Members of RQ's failed registry read per queue and pass.
+PAGE = 100
 #: What the dead letter says failed: nothing of the job's code ran.
 EXCEPTION = f"{ForeignWorker.__module__}.{ForeignWorker.__qualname__}"
 
@@ -30,6 +32,7 @@ class ForeignFailures(Duty):
     def __init__(self, scope: Scope) -> None:
         super().__init__(scope)
         self.warned: set[str] = set()
+        self.offset: dict[str, int] = {}  # per queue, where the next pass reads RQ's registry from
 
     def run(self) -> None:
         store = self.scope.store
@@ -43,11 +46,26 @@ class ForeignFailures(Duty):
                     worker.name, worker.pid, worker.hostname, ", ".join(worker.queues),
                 )  # fmt: skip
         for queue in queues:
-            for job_id in store.foreign_failures(queue):
-                self._reclaim(queue, store.record(job_id))
+            self._pass(queue)
 
-    def _reclaim(self, queue: str, record: JobRecord) -> None:
-        """Into dying (if it is a django_jobs job still there), then its dead letter at once."""
+    def _pass(self, queue: str) -> None:
+        """One page of RQ's failed registry of ``queue``. RQ's own failures stay there, so the page
+        after them is read next time, and the scan starts over once it reaches the end: no job of ours
+        waits behind them for ever. One job that cannot be handled is logged and passed over."""
+        store, start = self.scope.store, self.offset.get(queue, 0)
+        found = store.foreign_failures(queue, start=start, limit=PAGE)
+        kept = 0
+        for job_id in found:
+            try:
+                kept += not self._reclaim(queue, store.record(job_id))
+            except Exception:
+                logger.exception("Job %s of RQ's failed registry of %s could not be handled.", job_id, queue)
+                kept += 1
+        self.offset[queue] = start + kept if len(found) == PAGE else 0
+
+    def _reclaim(self, queue: str, record: JobRecord) -> bool:
+        """Into dying (if it is a django_jobs job still there), then its dead letter at once; False
+        for one left in RQ's registry."""
         store = self.scope.store
         error = store.foreign_error(record.id)
         message = (
@@ -59,13 +77,14 @@ class ForeignFailures(Duty):
         if not store.reclaim(
             queue, record.id, data=restored_data, reason=reason, exception=EXCEPTION, message=message
         ):
-            return  # RQ's own job, or another runjobs took it first
+            return False  # RQ's own job, or another runjobs took it first
         restored = store.record(record.id)
         failure = deadletter.Failure(
             record.id, queue, DeadLetter.Reason.FOREIGN, EXCEPTION, message, error, restored.history
         )
         deadletter.bury(store, failure, restored.snapshot)
         logger.warning("Job %s (%s) was failed by a foreign worker: dead-lettered.", record.id, record.name)
+        return True
 
 
 def _restored(data: bytes) -> bytes:
