@@ -27,7 +27,7 @@ from .setups import SETUPS
 if TYPE_CHECKING:
     from .scenarios import Sizes
 
-SECTIONS = ("throughput", "commands", "enqueue", "latency", "memory", "browser", "setups")
+SECTIONS = ("throughput", "commands", "enqueue", "latency", "memory", "browser", "verify", "setups")
 QUICK = {
     "jobs": 200,
     "repeat": 1,
@@ -166,6 +166,7 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
     from .browser import render as render_browser
     from .scenarios import WORKERS_BY_KEY
     from .setups import render as render_setups
+    from .verify import render as render_verify
 
     rows: list[tuple[str, str]] = []
 
@@ -268,6 +269,9 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
     if "browser" in results:
         for measure, result in render_browser(results["browser"]):
             add(measure, result)
+    if "verify" in results:
+        for measure, result in render_verify(results["verify"]):
+            add(measure, result)
     if "health" in results:
         h = results["health"]
         add(
@@ -336,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         from .browser import measure as browse_measure
         from .scenarios import Bench
         from .setups import compare
+        from .verify import measure as verify_measure
 
         sizes = sizes_from(args)
         db = (
@@ -379,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             "latency": bench.latency,
             "memory": bench.memory,
             "browser": lambda: bench.results.update(browser=browse_measure(bench, sizes.browse_jobs)),
+            "verify": lambda: bench.results.update(verify=verify_measure(bench)),
             "setups": setups,
         }
         failed = bench.failures  # single runs that failed land here too

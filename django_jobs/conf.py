@@ -108,6 +108,9 @@ class JobsSettings:
     HISTORY: bool = True
     # Seconds a history row is kept before runjobs deletes it (in batches).
     HISTORY_RETENTION: float = 3 * 24 * 3600
+    # The most crash points verify_crash_safe (and manage.py jobs_verify) tries per job and payload:
+    # past it, a sample (every commit and declared effect first, the statements spread evenly).
+    VERIFY_CRASH_POINTS: int = 30
 
     def durability(self, queue: str) -> str:
         """The durability level of ``queue``'s enqueues."""

@@ -28,6 +28,9 @@ from django_jobs.store.lifecycle import F
 
 P = ParamSpec("P")
 R = TypeVar("R")
+#: A payload to verify a job with: keyword arguments, positional ones, or a function that makes the
+#: rows they name (in the verification's database) and returns either.
+Example = dict[str, Any] | list[Any] | tuple[Any, ...] | Callable[[], Any]
 
 _registry: dict[str, Job[Any, Any]] = {}
 _lock = threading.Lock()
@@ -86,6 +89,7 @@ class Job(Generic[P, R]):
     limit_key: Callable[..., object] | None = None
     expires: float | None = None  # seconds after each enqueue: not started by then, dropped unrun
     max_snoozes: int | None = None  # None: JOBS["MAX_SNOOZES"]
+    examples: tuple[Example, ...] = ()  # payloads manage.py jobs_verify proves the job safe with
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """A plain call runs the function inline, as if it were not a job."""
@@ -235,6 +239,16 @@ def _limit_text(name: str, value: object) -> str:
     return text
 
 
+def _check_examples(name: str, examples: Sequence[Example]) -> tuple[Example, ...]:
+    for example in examples:
+        if not (isinstance(example, dict | list | tuple) or callable(example)):
+            raise ValueError(
+                f"Job {name!r}: each of examples= is a dict of keyword arguments, a list of positional "
+                f"ones or a function returning either, not {type(example).__name__}"
+            )
+    return tuple(examples)
+
+
 def _check_limits(name: str, concurrency: object, rate: object, limit_key: object) -> dict[str, Any]:
     """The ``Job`` fields of its limits: ``concurrency``, ``rate`` (count, seconds) and ``limit_key``."""
     concurrency = _check_concurrency(name, concurrency, rate, limit_key)
@@ -370,6 +384,7 @@ def job(
     limit_key: Callable[..., object] | None = None,
     expires: float | dt.timedelta | None = None,
     max_snoozes: int | None = None,
+    examples: Sequence[Example] = (),
 ) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
 
@@ -392,6 +407,7 @@ def job(
     limit_key: Callable[..., object] | None = None,
     expires: float | dt.timedelta | None = None,
     max_snoozes: int | None = None,
+    examples: Sequence[Example] = (),
 ) -> Job[P, R] | Callable[[Callable[P, R]], Job[P, R]]:
     """Register a function as a job. ``timeout`` is required; ``retry`` defaults to ``JOBS["DEFAULT_RETRY"]``.
 
@@ -401,7 +417,7 @@ def job(
     ``store_result`` keeps its JSON return value; of a queue's ready jobs the highest ``priority``
     (-100 to 100) starts first. ``expires`` (seconds or a timedelta after each enqueue) drops a run
     that has not started by then; ``max_snoozes`` caps how often it may ``Snooze`` in all (default
-    ``JOBS["MAX_SNOOZES"]``). Problems that do not depend on settings raise ValueError.
+    ``JOBS["MAX_SNOOZES"]``); ``examples``, payloads for ``jobs_verify``. A flaw no setting decides: ValueError.
     """
 
     def decorate(fn: Callable[P, R]) -> Job[P, R]:
@@ -413,10 +429,9 @@ def job(
             permanent=_check_permanent(job_name, permanent), aliases=tuple(aliases),
             **_check_limits(job_name, concurrency, rate, limit_key),
             cron=_check_cron(job_name, fn, cron, cron_catch_up), cron_catch_up=cron_catch_up,
-            store_result=bool(store_result),
-            is_async=iscoroutinefunction(fn),  # also a function marked as one (markcoroutinefunction)
+            store_result=bool(store_result), is_async=iscoroutinefunction(fn),  # marked ones too
             priority=check_priority(priority, f"@job {job_name!r}"),
-            expires=snoozing[0], max_snoozes=snoozing[1],
+            expires=snoozing[0], max_snoozes=snoozing[1], examples=_check_examples(job_name, examples),
         )  # fmt: skip
         _register(definition)
         return definition

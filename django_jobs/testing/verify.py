@@ -20,13 +20,11 @@ django_jobs' own tables (idempotency keys, outbox, dead letters) are not effects
 from __future__ import annotations
 
 import contextlib
-import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.apps import apps
 from django.core import mail
 from django.db import connections
 from django.test import override_settings
@@ -34,50 +32,38 @@ from django.test import override_settings
 from django_jobs.client.backends import inline
 from django_jobs.client.backends.capture import CapturedJob
 from django_jobs.core import execution, registry
+from django_jobs.core.envelope import Envelope
+from django_jobs.testing.effects import (
+    Recorder,
+    Rows,
+    and_,
+    call,
+    count,
+    envelope,
+    own_tables,
+    recording,
+    snapshot,
+    written_table,
+)
 from django_jobs.testing.modes import capture_jobs
 
-#: A table holding more rows than this is compared by the rows the second delivery's statements
-#: report (``rowcount``) rather than by its contents.
-SNAPSHOT_ROWS = 10_000
 WORKER = "verify"
-_WRITE = re.compile(r'^\s*(INSERT\s+(?:OR\s+\w+\s+)?INTO|UPDATE|DELETE\s+FROM)\s+["`]?([\w.]+)["`]?', re.I)
 
 
 class NotIdempotent(AssertionError):
     """The second delivery of a job repeated an effect of the first."""
 
 
-@dataclass(frozen=True)
-class Effect:
-    """An outside effect the project declared (:func:`effect`): what it is, and the idempotency key
-    it was made with, if any (the outside service dedups by it)."""
-
-    description: str
-    key: str | None = None
-
-
 @dataclass
-class _Delivery:
+class _Delivery(Recorder):
     """What one delivery did."""
 
     mails: list[mail.EmailMessage] = field(default_factory=list)
     enqueued: list[CapturedJob] = field(default_factory=list)
-    effects: list[Effect] = field(default_factory=list)
     written: Counter[str] = field(default_factory=Counter)  # table -> rows its statements reported
     # (alias, table) -> its rows before the delivery first wrote it, and after the delivery
-    before: dict[tuple[str, str], Counter[tuple[Any, ...]] | None] = field(default_factory=dict)
-    after: dict[tuple[str, str], Counter[tuple[Any, ...]] | None] = field(default_factory=dict)
-
-
-_recording: list[_Delivery] = []
-
-
-def effect(description: str, *, key: str | None = None) -> None:
-    """Declare an outside effect (a call to a payment API, a message to a broker) where it happens,
-    say in the project's client wrapper: a no-op except while a verifier records. ``key``: the
-    idempotency key the call carries, if any."""
-    if _recording:
-        _recording[-1].effects.append(Effect(description, key))
+    before: dict[tuple[str, str], Rows | None] = field(default_factory=dict)
+    after: dict[tuple[str, str], Rows | None] = field(default_factory=dict)
 
 
 def verify_idempotent(job: registry.Job[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -86,38 +72,31 @@ def verify_idempotent(job: registry.Job[..., Any], *args: Any, **kwargs: Any) ->
     ``AssertionError`` if the first delivery fails: there is nothing to compare."""
     with override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend"):
         mail.outbox = []
-        with capture_jobs() as captured:
-            job.enqueue(*args, **kwargs)
-        (enqueued,) = captured.jobs
-        assert enqueued.envelope is not None
+        enqueued = envelope(job, args, kwargs)
         first = _deliver(enqueued, attempt=1, snapshots=False)
         second = _deliver(enqueued, attempt=2, snapshots=True)
     repeated = _repeated(first, second)
     if repeated:
         raise NotIdempotent(
-            f"{job.name}{_call(args, kwargs)} is not idempotent: the second delivery {_and(repeated)}. "
+            f"{job.name}{call(args, kwargs)} is not idempotent: the second delivery {and_(repeated)}. "
             "Guard the effect with django_jobs.idempotent(), make the write an upsert, or pass an "
             "idempotency key to the outside service."
         )
 
 
-def _deliver(enqueued: CapturedJob, attempt: int, snapshots: bool) -> _Delivery:
+def _deliver(enqueued: Envelope, attempt: int, snapshots: bool) -> _Delivery:
     done = _Delivery()
     sent = len(mail.outbox)
-    claimed = inline.claimed(enqueued.envelope, WORKER, attempt)  # type: ignore[arg-type]
-    _recording.append(done)
-    try:
-        with _writes(done, snapshots), capture_jobs() as during:
-            ended = execution.run(inline.InlineStore(), claimed, caller=execution.caller_transactions())
-    finally:
-        _recording.pop()
+    claimed = inline.claimed(enqueued, WORKER, attempt)
+    with recording(done), _writes(done, snapshots), capture_jobs() as during:
+        ended = execution.run(inline.InlineStore(), claimed, caller=execution.caller_transactions())
     if ended.exception is not None:
         raise AssertionError(
             f"delivery {attempt} of {enqueued.name} failed ({type(ended.exception).__name__}: "
             f"{ended.exception}): a verifier compares deliveries that succeed"
         ) from ended.exception
     done.mails, done.enqueued = list(mail.outbox[sent:]), list(during.jobs)
-    done.after = {where: _snapshot(*where) for where in done.before}
+    done.after = {where: snapshot(*where) for where in done.before}
     return done
 
 
@@ -125,14 +104,13 @@ def _deliver(enqueued: CapturedJob, attempt: int, snapshots: bool) -> _Delivery:
 def _writes(done: _Delivery, snapshots: bool) -> Iterator[None]:
     """Count the rows each write statement reports, per table; with ``snapshots``, read a table's rows
     before the delivery first writes it."""
-    own = {model._meta.db_table for model in apps.get_app_config("django_jobs").get_models()}
+    own = own_tables()
 
     def wrapper(alias: str) -> Callable[..., Any]:
         def record(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
-            match = _WRITE.match(sql)
-            table = match[2] if match else ""
+            table = written_table(sql)
             if table and table not in own and snapshots and (alias, table) not in done.before:
-                done.before[(alias, table)] = _snapshot(alias, table)
+                done.before[(alias, table)] = snapshot(alias, table)
             result = execute(sql, params, many, context)
             rows = getattr(context.get("cursor"), "rowcount", 0) or 0
             if table and table not in own and rows > 0:
@@ -145,15 +123,6 @@ def _writes(done: _Delivery, snapshots: bool) -> Iterator[None]:
         for connection in connections.all():
             stack.enter_context(connection.execute_wrapper(wrapper(connection.alias)))
         yield
-
-
-def _snapshot(alias: str, table: str) -> Counter[tuple[Any, ...]] | None:
-    """The table's rows (a multiset), or None past :data:`SNAPSHOT_ROWS`."""
-    connection = connections[alias]
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT * FROM {connection.ops.quote_name(table)}")
-        rows = cursor.fetchmany(SNAPSHOT_ROWS + 1)
-    return None if len(rows) > SNAPSHOT_ROWS else Counter(tuple(row) for row in rows)
 
 
 def _repeated(first: _Delivery, second: _Delivery) -> list[str]:
@@ -176,30 +145,16 @@ def _repeated(first: _Delivery, second: _Delivery) -> list[str]:
     return found
 
 
-def _changed(
-    table: str, before: Counter[tuple[Any, ...]] | None, after: Counter[tuple[Any, ...]] | None, rows: int
-) -> str:
+def _changed(table: str, before: Rows | None, after: Rows | None, rows: int) -> str:
     if before is None or after is None:
         return f"wrote {rows} rows of `{table}`" if rows else ""
     added, removed = sum((after - before).values()), sum((before - after).values())
     if added > removed:
-        return f"inserted {_count(added - removed, 'row')} into `{table}`"
+        return f"inserted {count(added - removed, 'row')} into `{table}`"
     if removed > added:
-        return f"deleted {_count(removed - added, 'row')} from `{table}`"
-    return f"changed {_count(added, 'row')} of `{table}`" if added else ""
+        return f"deleted {count(removed - added, 'row')} from `{table}`"
+    return f"changed {count(added, 'row')} of `{table}`" if added else ""
 
 
 def _unique(job: CapturedJob) -> str:
     return job.envelope.unique_key if job.envelope is not None else ""
-
-
-def _count(n: int, thing: str) -> str:
-    return f"{n} {thing}{'' if n == 1 else 's'}"
-
-
-def _and(parts: Sequence[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-
-
-def _call(args: Sequence[Any], kwargs: dict[str, Any]) -> str:
-    return "(" + ", ".join([*map(repr, args), *(f"{k}={v!r}" for k, v in kwargs.items())]) + ")"

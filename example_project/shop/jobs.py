@@ -7,6 +7,8 @@
   number of workers.
 * ``shop.nightly_report``: a periodic job that fires once a night, however many workers schedule it.
 * ``shop.export_orders``: long work split into a chain of short, resumable pages.
+* ``shop.send_invoice_unguarded``: ``send_invoice`` as first written, kept to show what
+  ``manage.py jobs_verify`` finds: a second delivery mails again. Never enqueued.
 
 Each job takes primary keys (plain JSON values) and reads the rows itself, so it always sees
 committed data as it is when the job runs, not as it was at enqueue.
@@ -41,7 +43,25 @@ class CardDeclined(Exception):
     """The card issuer refused the charge: the same charge retried would be refused again."""
 
 
-@job(name="shop.send_invoice", queue="emails", timeout=30, permanent=(Order.DoesNotExist,))
+def an_order() -> dict[str, int]:
+    """An example payload for ``manage.py jobs_verify``: a new order in its test database."""
+    order = Order.objects.create(customer_email="ada@example.com", total=Decimal("42.00"))
+    return {"order_id": order.pk}
+
+
+@job(name="shop.send_invoice_unguarded", queue="emails", timeout=30, examples=[an_order])
+def send_invoice_unguarded(order_id: int) -> None:
+    """The flawed version of :func:`send_invoice`: it mails, then marks the order. Delivered twice (or
+    retried after a crash past the mail), it mails twice; ``manage.py jobs_verify`` says so."""
+    order = Order.objects.get(pk=order_id)
+    send_mail(f"Your invoice for order #{order.pk}", "Thank you.", None, [order.customer_email])
+    order.invoice_sent = True
+    order.save(update_fields=["invoice_sent"])
+
+
+@job(
+    name="shop.send_invoice", queue="emails", timeout=30, permanent=(Order.DoesNotExist,), examples=[an_order]
+)
 def send_invoice(order_id: int) -> None:
     """Mail the invoice at most once per order.
 

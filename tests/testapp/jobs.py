@@ -746,3 +746,52 @@ def charge_card(order: str, keyed: bool = False) -> None:
     from django_jobs.testing import effect
 
     effect(f"a charge of order {order} at the payment gateway", key=f"order-{order}" if keyed else None)
+
+
+# --- Crash safety (django_jobs.testing.verify_crash_safe) -------------------------------------------
+
+
+@job(name="tests.mail_then_record", timeout=10, retry=FAST)
+def mail_then_record(to: str) -> None:
+    """Mails before its guarded write commits: a crash in between mails again on the retry."""
+    from django.core.mail import send_mail
+
+    send_mail("Your receipt", "Thanks.", "shop@example.com", [to])
+    with idempotent(f"mail_then_record:{to}") as first:
+        if first:
+            SideEffect.objects.create(key=to)
+
+
+@job(name="tests.enqueue_then_record", timeout=10, retry=FAST)
+def enqueue_then_record(key: str, unique: bool = False) -> None:
+    """Enqueues a follow-up, then records under a guard; ``unique``: the follow-up has a unique key."""
+    enqueue_follow_up(key, unique=unique)
+    record_once(key)
+
+
+@job(name="tests.charge_then_record", timeout=10, retry=FAST)
+def charge_then_record(order: str, keyed: bool = False) -> None:
+    """Charges inside its guarded transaction, before the commit: a crash there charges again unless
+    the gateway dedups by the ``keyed`` idempotency key."""
+    with idempotent(f"charge_then_record:{order}") as first:
+        if first:
+            charge_card(order, keyed=keyed)
+            SideEffect.objects.create(key=order)
+
+
+@job(name="tests.transfer", timeout=10, retry=FAST)
+def transfer(key: str, atomic: bool = False) -> None:
+    """Two writes in two transactions: safe only if it never dies between them. ``atomic``: one
+    transaction, guarded, which is safe anywhere."""
+    from django.db import transaction
+
+    if atomic:
+        with idempotent(f"transfer:{key}") as first:
+            if first:
+                SideEffect.objects.create(key=f"{key}:debit")
+                SideEffect.objects.create(key=f"{key}:credit")
+        return
+    with transaction.atomic():
+        SideEffect.objects.create(key=f"{key}:debit")
+    with transaction.atomic():
+        SideEffect.objects.create(key=f"{key}:credit")
