@@ -417,7 +417,7 @@ def job(
     ``store_result`` keeps its JSON return value; of a queue's ready jobs the highest ``priority``
     (-100 to 100) starts first. ``expires`` (seconds or a timedelta after each enqueue) drops a run
     that has not started by then; ``max_snoozes`` caps how often it may ``Snooze`` in all (default
-    ``JOBS["MAX_SNOOZES"]``); ``examples``, payloads for ``jobs_verify``. A flaw no setting decides: ValueError.
+    ``JOBS["MAX_SNOOZES"]``); ``examples``: payloads for ``jobs_verify``. Flaws raise ValueError.
     """
 
     def decorate(fn: Callable[P, R]) -> Job[P, R]:
