@@ -2,8 +2,8 @@
 
 A worker can die after any database statement, any commit and any outside call. An attempt runs
 here in a thread of its own, through the worker's own attempt (``execution.run``), its statements
-and commits observed through two hooks installed for the verification (Django's cursor and commit),
-its declared effects through :func:`~django_jobs.testing.effects.effect`. Killed at a point, it
+and commits observed (:func:`~django_jobs.testing.effects.observed`), its declared effects recorded
+(:func:`~django_jobs.testing.effects.effect`). Killed at a point, it
 dies as a process would: its database connections are closed under it (so an open transaction rolls
 back, on the server) and its thread stops there for good: no ``except``, ``finally`` or later line of
 the job runs.
@@ -12,33 +12,27 @@ the job runs.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import re
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorWrapper
 
 from django_jobs.client.backends import inline
 from django_jobs.core import execution
 from django_jobs.core.envelope import Envelope
 from django_jobs.core.outcomes import AttemptEnded
-from django_jobs.testing.effects import Effect, Recorder, written_table
+from django_jobs.testing.effects import Effect, Observer, Recorder, observed, written_table
 
 WORKER = "verify"
 #: Statements that only steer a transaction: no point of their own (the commit is one).
 _STEERING = re.compile(r"^\s*(SAVEPOINT|RELEASE|ROLLBACK|BEGIN|COMMIT)\b", re.I)
 _FROM = re.compile(r'\bFROM\s+["`]?([\w.]+)', re.I)
-#: Where every statement of a Django cursor passes, after the connection's own execute wrappers.
-_EXECUTE = "_execute_with_wrappers"
 _VERBS = {"INSERT": "the INSERT into", "UPDATE": "the UPDATE of", "DELETE": "the DELETE from"}
-_current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("django_jobs_verify_run", default=None)
 
 
 @dataclass(frozen=True)
@@ -57,7 +51,7 @@ class Point:
 
 
 @dataclass
-class Run(Recorder):
+class Run(Recorder, Observer):
     """One attempt, observed: the points it reached; with ``crash_at``, killed after that one."""
 
     source: str = ""  # the job's file, whose line each point names
@@ -73,7 +67,7 @@ class Run(Recorder):
         in_transaction = any(conn.in_atomic_block for conn in self.used)
         self.reached(Point("effect", f"`{declared.description}`", self._line(), in_transaction))
 
-    def statement(self, conn: BaseDatabaseWrapper, cursor: Any, sql: str) -> None:
+    def after(self, conn: BaseDatabaseWrapper, cursor: Any, sql: str) -> None:
         self.used.add(conn)
         self.cursor = cursor
         if not _STEERING.match(sql):
@@ -115,42 +109,15 @@ def describe(sql: str) -> str:
     return f"the SELECT from `{found[1]}`" if found else f"the {verb} statement"
 
 
-@contextlib.contextmanager
-def hooks() -> Iterator[None]:
-    """Observe every statement and commit of an attempt run by :func:`attempt`, in any thread."""
-    execute, commit = getattr(CursorWrapper, _EXECUTE), BaseDatabaseWrapper.commit
-
-    def observed_execute(self: CursorWrapper, sql: str, params: Any, many: bool, executor: Any) -> Any:
-        result = execute(self, sql, params, many, executor)
-        run = _current.get()
-        if run is not None:
-            run.statement(self.db, self.cursor, sql)
-        return result
-
-    def observed_commit(self: BaseDatabaseWrapper) -> None:
-        commit(self)
-        run = _current.get()
-        if run is not None:
-            run.committed(self)
-
-    setattr(CursorWrapper, _EXECUTE, observed_execute)  # not in the type stubs
-    BaseDatabaseWrapper.commit = observed_commit  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        setattr(CursorWrapper, _EXECUTE, execute)
-        BaseDatabaseWrapper.commit = commit  # type: ignore[method-assign]
-
-
 def attempt(envelope: Envelope, number: int, run: Run, timeout: float) -> AttemptEnded | None:
     """Run attempt ``number`` of the job as a worker would, in a thread of its own with its own
     database connections; None if it was killed at ``run.crash_at``."""
     ended: list[AttemptEnded] = []
 
     def body() -> None:
-        _current.set(run)
         try:
-            ended.append(execution.run(inline.InlineStore(), inline.claimed(envelope, WORKER, number)))
+            with observed(run):
+                ended.append(execution.run(inline.InlineStore(), inline.claimed(envelope, WORKER, number)))
         finally:
             connections.close_all()
             run.over.set()

@@ -8,6 +8,7 @@ Shared by :mod:`~django_jobs.testing.verify` (two deliveries) and :mod:`~django_
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import re
 from collections import Counter
@@ -17,6 +18,9 @@ from typing import Any
 
 from django.apps import apps
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
+from django.test.testcases import DatabaseOperationForbidden  # type: ignore[attr-defined]
 
 from django_jobs.core import registry
 from django_jobs.core.envelope import Envelope
@@ -69,6 +73,73 @@ def recording(recorder: Recorder) -> Iterator[Recorder]:
         _recording.remove(recorder)
 
 
+class Observer:
+    """Told of each statement and commit of the code run while it observes (:func:`observed`), in
+    whatever thread that code reaches: an ``async def`` job's ORM calls run in another one."""
+
+    def before(self, conn: BaseDatabaseWrapper, sql: str) -> None:
+        """A statement is about to run on ``conn``."""
+
+    def after(self, conn: BaseDatabaseWrapper, cursor: Any, sql: str) -> None:
+        """A statement ran; ``cursor``: the driver's, with its ``rowcount``."""
+
+    def committed(self, conn: BaseDatabaseWrapper) -> None:
+        """``conn`` committed its transaction."""
+
+
+_observer: contextvars.ContextVar[Observer | None] = contextvars.ContextVar(
+    "django_jobs_verify", default=None
+)
+#: Where every statement of a Django cursor passes, after the connection's own execute wrappers.
+_EXECUTE = "_execute_with_wrappers"
+_hooked = [0]  # how many verifications have the hooks installed
+
+
+@contextlib.contextmanager
+def observed(observer: Observer | None) -> Iterator[None]:
+    """Send this context's statements and commits (and those of the threads it reaches) to
+    ``observer``; None: to nobody, say for a verifier's own reads."""
+    token = _observer.set(observer)
+    try:
+        yield
+    finally:
+        _observer.reset(token)
+
+
+@contextlib.contextmanager
+def hooks() -> Iterator[None]:
+    """Put the two hooks :func:`observed` needs in place, on Django's cursor and commit, for every
+    connection in every thread: an observer is found through the context, so the rest pass by."""
+    execute, commit = getattr(CursorWrapper, _EXECUTE), BaseDatabaseWrapper.commit
+
+    def observed_execute(self: CursorWrapper, sql: str, params: Any, many: bool, executor: Any) -> Any:
+        observer = _observer.get()
+        if observer is None:
+            return execute(self, sql, params, many, executor)
+        observer.before(self.db, sql)
+        result = execute(self, sql, params, many, executor)
+        observer.after(self.db, self.cursor, sql)
+        return result
+
+    def observed_commit(self: BaseDatabaseWrapper) -> None:
+        commit(self)
+        observer = _observer.get()
+        if observer is not None:
+            observer.committed(self)
+
+    if not _hooked[0]:
+        setattr(CursorWrapper, _EXECUTE, observed_execute)  # not in the type stubs
+        BaseDatabaseWrapper.commit = observed_commit  # type: ignore[method-assign]
+    _hooked[0] += 1
+    try:
+        yield
+    finally:
+        _hooked[0] -= 1
+        if not _hooked[0]:
+            setattr(CursorWrapper, _EXECUTE, execute)
+            BaseDatabaseWrapper.commit = commit  # type: ignore[method-assign]
+
+
 def envelope(job: registry.Job[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Envelope:
     """The job as ``job.enqueue(*args, **kwargs)`` would push it, for a verifier to deliver."""
     with capture_jobs() as captured:
@@ -79,6 +150,19 @@ def envelope(job: registry.Job[..., Any], args: Sequence[Any], kwargs: dict[str,
             "atomic() block of your own (Django's TestCase's transaction is fine)"
         )
     return captured.jobs[0].envelope
+
+
+def databases() -> list[str]:
+    """The aliases of the databases the caller may use (a test case names its own; the job cannot
+    use the others either)."""
+    usable = []
+    for conn in connections.all():
+        try:
+            conn.cursor().close()
+        except DatabaseOperationForbidden:
+            continue
+        usable.append(conn.alias)
+    return usable
 
 
 def own_tables() -> set[str]:

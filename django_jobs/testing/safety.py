@@ -25,14 +25,25 @@ from typing import Any
 from django.core import mail
 from django.db import connections, transaction
 from django.test import override_settings
-from django.test.testcases import DatabaseOperationForbidden  # type: ignore[attr-defined]
 
 from django_jobs.client.backends.capture import CapturedJob
 from django_jobs.conf import jobs_settings
 from django_jobs.core import execution, registry
 from django_jobs.core.envelope import Envelope
 from django_jobs.testing import crash
-from django_jobs.testing.effects import Effect, and_, call, count, envelope, own_tables, read, recording, rows
+from django_jobs.testing.effects import (
+    Effect,
+    and_,
+    call,
+    count,
+    databases,
+    envelope,
+    hooks,
+    own_tables,
+    read,
+    recording,
+    rows,
+)
 from django_jobs.testing.modes import capture_jobs
 
 Where = tuple[str, str]  # (database alias, table)
@@ -60,7 +71,7 @@ def verify_crash_safe(job: registry.Job[..., Any], *args: Any, **kwargs: Any) ->
     """Kill ``job(*args, **kwargs)`` at each point where a worker can die, run the retry, and raise
     :class:`NotCrashSafe` naming each point after which the end differs from a run without a crash."""
     _refuse(job)
-    with override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend"), crash.hooks():
+    with override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend"), hooks():
         verifier = _Verifier(envelope(job, args, kwargs), job)
         try:
             findings, tried = verifier.findings()
@@ -153,16 +164,12 @@ class _Verifier:
 def _tables() -> Tables:
     """Every table of every database the test may use, as it is now."""
     found: Tables = {}
-    for conn in connections.all():
-        try:
-            tables = sorted(conn.introspection.django_table_names(only_existing=True))
-        except DatabaseOperationForbidden:  # not one of the test's databases: the job cannot use it
-            continue
-        for table in tables:
-            contents = read(conn.alias, table)
+    for alias in databases():
+        for table in sorted(connections[alias].introspection.django_table_names(only_existing=True)):
+            contents = read(alias, table)
             if contents is None:
                 raise AssertionError(f"verify_crash_safe reads whole tables; `{table}` has too many rows")
-            found[(conn.alias, table)] = contents
+            found[(alias, table)] = contents
     return found
 
 

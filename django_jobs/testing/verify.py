@@ -5,7 +5,8 @@ Both deliveries run through the worker's own attempt (``backends.inline``: the r
 policy, the soft timeout, the outcome pipeline), in the caller's process and transaction. What each
 one does is observed, not guessed:
 
-* database writes, on every connection, through Django's execute hooks: for each table the second
+* database writes, on every connection and in every thread the job reaches (an ``async def`` job's
+  ORM calls run in another one), through a hook on Django's cursors: for each table the second
   delivery writes, its rows just before that delivery's first write to it are compared with its rows
   after, so an upsert or an ``UPDATE`` that sets what is already there repeats nothing, and an
   ``INSERT`` or an increment does;
@@ -19,14 +20,12 @@ django_jobs' own tables (idempotency keys, outbox, dead letters) are not effects
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core import mail
-from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.test import override_settings
 
 from django_jobs.client.backends import inline
@@ -34,12 +33,15 @@ from django_jobs.client.backends.capture import CapturedJob
 from django_jobs.core import execution, registry
 from django_jobs.core.envelope import Envelope
 from django_jobs.testing.effects import (
+    Observer,
     Recorder,
     Rows,
     and_,
     call,
     count,
     envelope,
+    hooks,
+    observed,
     own_tables,
     recording,
     snapshot,
@@ -55,22 +57,36 @@ class NotIdempotent(AssertionError):
 
 
 @dataclass
-class _Delivery(Recorder):
-    """What one delivery did."""
+class _Delivery(Recorder, Observer):
+    """What one delivery did: each write statement's rows, per table; with ``snapshots``, a table's
+    rows just before the delivery first writes it."""
 
     mails: list[mail.EmailMessage] = field(default_factory=list)
     enqueued: list[CapturedJob] = field(default_factory=list)
     written: Counter[str] = field(default_factory=Counter)  # table -> rows its statements reported
     # (alias, table) -> its rows before the delivery first wrote it, and after the delivery
-    before: dict[tuple[str, str], Rows | None] = field(default_factory=dict)
-    after: dict[tuple[str, str], Rows | None] = field(default_factory=dict)
+    found_before: dict[tuple[str, str], Rows | None] = field(default_factory=dict)
+    found_after: dict[tuple[str, str], Rows | None] = field(default_factory=dict)
+    snapshots: bool = False
+    own: set[str] = field(default_factory=own_tables)
+
+    def before(self, conn: BaseDatabaseWrapper, sql: str) -> None:
+        table, where = written_table(sql), (conn.alias, written_table(sql))
+        if table and table not in self.own and self.snapshots and where not in self.found_before:
+            with observed(None):  # the verifier's own read
+                self.found_before[where] = snapshot(*where)
+
+    def after(self, conn: BaseDatabaseWrapper, cursor: Any, sql: str) -> None:
+        table, rows = written_table(sql), getattr(cursor, "rowcount", 0) or 0
+        if table and table not in self.own and rows > 0:
+            self.written[table] += rows
 
 
 def verify_idempotent(job: registry.Job[..., Any], *args: Any, **kwargs: Any) -> None:
     """Run ``job(*args, **kwargs)`` as a worker would, deliver it again with the same payload, and
     raise :class:`NotIdempotent` naming each effect the second delivery repeated. Raises
     ``AssertionError`` if the first delivery fails: there is nothing to compare."""
-    with override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend"):
+    with override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend"), hooks():
         mail.outbox = []
         enqueued = envelope(job, args, kwargs)
         first = _deliver(enqueued, attempt=1, snapshots=False)
@@ -85,10 +101,10 @@ def verify_idempotent(job: registry.Job[..., Any], *args: Any, **kwargs: Any) ->
 
 
 def _deliver(enqueued: Envelope, attempt: int, snapshots: bool) -> _Delivery:
-    done = _Delivery()
+    done = _Delivery(snapshots=snapshots)
     sent = len(mail.outbox)
     claimed = inline.claimed(enqueued, WORKER, attempt)
-    with recording(done), _writes(done, snapshots), capture_jobs() as during:
+    with recording(done), observed(done), capture_jobs() as during:
         ended = execution.run(inline.InlineStore(), claimed, caller=execution.caller_transactions())
     if ended.exception is not None:
         raise AssertionError(
@@ -96,40 +112,15 @@ def _deliver(enqueued: Envelope, attempt: int, snapshots: bool) -> _Delivery:
             f"{ended.exception}): a verifier compares deliveries that succeed"
         ) from ended.exception
     done.mails, done.enqueued = list(mail.outbox[sent:]), list(during.jobs)
-    done.after = {where: snapshot(*where) for where in done.before}
+    done.found_after = {where: snapshot(*where) for where in done.found_before}
     return done
-
-
-@contextlib.contextmanager
-def _writes(done: _Delivery, snapshots: bool) -> Iterator[None]:
-    """Count the rows each write statement reports, per table; with ``snapshots``, read a table's rows
-    before the delivery first writes it."""
-    own = own_tables()
-
-    def wrapper(alias: str) -> Callable[..., Any]:
-        def record(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
-            table = written_table(sql)
-            if table and table not in own and snapshots and (alias, table) not in done.before:
-                done.before[(alias, table)] = snapshot(alias, table)
-            result = execute(sql, params, many, context)
-            rows = getattr(context.get("cursor"), "rowcount", 0) or 0
-            if table and table not in own and rows > 0:
-                done.written[table] += rows
-            return result
-
-        return record
-
-    with contextlib.ExitStack() as stack:
-        for connection in connections.all():
-            stack.enter_context(connection.execute_wrapper(wrapper(connection.alias)))
-        yield
 
 
 def _repeated(first: _Delivery, second: _Delivery) -> list[str]:
     """What the second delivery did again, in words."""
     found = []
-    for where, before in second.before.items():
-        changed = _changed(where[1], before, second.after[where], second.written[where[1]])
+    for where, before in second.found_before.items():
+        changed = _changed(where[1], before, second.found_after[where], second.written[where[1]])
         found += [changed] if changed else []
     for message in second.mails:
         found.append(f"sent 1 mail to {', '.join(message.to) or 'nobody'} ({message.subject!r})")

@@ -3,12 +3,14 @@ each crash point whose end differs from a run without a crash is named, with wha
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
 from django.test import TestCase, override_settings
 
 from django_jobs.testing import NotCrashSafe, verify_crash_safe
+from django_jobs.testing.examples import verify_examples
 from tests.testapp import jobs
 from tests.testapp.models import Item, SideEffect
 
@@ -93,3 +95,26 @@ class InsideATestCase(TestCase):
     def test_it_refuses_to_run_in_a_transaction_and_says_what_to_use(self) -> None:
         with pytest.raises(AssertionError, match=r"use TransactionTestCase"):
             verify_crash_safe(jobs.record_once, "in-a-test-case")
+
+
+def test_declared_examples_run_both_checks_each_from_an_empty_database():
+    declared = dataclasses.replace(jobs.record, examples=(["x"], {"key": "y"}, lambda: ("z",)))
+    verdicts = list(verify_examples(declared))
+    assert [v.call for v in verdicts] == ["tests.record('x')", "tests.record(key='y')", "tests.record('z')"]
+    for verdict in verdicts:
+        assert [finding.split(" is not ")[1][:10] for finding in verdict.findings] == [
+            "idempotent",
+            "crash-safe",
+        ]
+    assert not SideEffect.objects.exists()  # emptied before each check, and put back by the last
+
+
+def test_an_async_job_is_checked_for_idempotency_only_and_a_broken_example_is_a_finding():
+    (verdict,) = verify_examples(dataclasses.replace(jobs.async_record, examples=(["a"],)))
+    assert not verdict.crash_checked
+    assert len(verdict.findings) == 1 and "is not idempotent" in verdict.findings[0]
+    (broken,) = verify_examples(dataclasses.replace(jobs.record_once, examples=(lambda: 7,)))
+    assert broken.findings[0] == (
+        "verify_idempotent could not run it: TypeError: an example returned int, not a dict or a list of "
+        "arguments"
+    )

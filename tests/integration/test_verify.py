@@ -23,6 +23,11 @@ def test_a_second_insert_is_named_with_its_table():
     assert SideEffect.objects.filter(key="invoice-7").count() == 2  # both deliveries really ran
 
 
+def test_an_async_jobs_writes_are_seen_in_the_thread_its_orm_calls_run_in():
+    with pytest.raises(NotIdempotent, match=r"the second delivery inserted 1 row into `testapp_sideeffect`"):
+        verify_idempotent(jobs.async_record, "async-1")
+
+
 def test_an_idempotent_guarded_write_and_an_upsert_pass():
     verify_idempotent(jobs.record_once, "invoice-8")
     assert SideEffect.objects.filter(key="invoice-8").count() == 1

@@ -69,7 +69,8 @@ class Command(BaseCommand):
                 for finding in verdict.findings:
                     self.stdout.write("  " + finding.replace("\n", "\n  "))
             else:
-                self.stdout.write(f"ok   {verdict.call}: idempotent and crash-safe")
+                crash = "and crash-safe" if verdict.crash_checked else "(async def: crash safety not checked)"
+                self.stdout.write(f"ok   {verdict.call}: idempotent {crash}")
         if without:
             self.stdout.write(f"Not verified (no examples): {', '.join(sorted(without))}")
         failed = sum(1 for verdict in verdicts if verdict.findings)
