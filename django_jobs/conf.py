@@ -108,6 +108,9 @@ class JobsSettings:
     HISTORY: bool = True
     # Seconds a history row is kept before runjobs deletes it (in batches).
     HISTORY_RETENTION: float = 3 * 24 * 3600
+    # The admin user the commands that change something (jobs_cancel, jobs_pause, jobs_resume, deadletters
+    # requeue and discard) act as, for the audit log, when no --user is given; None: the login name.
+    AUDIT_USER: str | None = None
     # The most crash points verify_crash_safe (and manage.py jobs_verify) tries per job and payload:
     # past it, a sample (every commit and declared effect first, the statements spread evenly).
     VERIFY_CRASH_POINTS: int = 30
@@ -150,6 +153,12 @@ def _count(value: Any) -> int:
     return value
 
 
+def _username(value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise TypeError(f"expected a username or None, got {value!r}")
+    return value
+
+
 #: How a given value becomes the field's type; fields not listed keep the value as given.
 _COERCE: dict[str, Callable[[Any], Any]] = {
     **{name: type(DEFAULTS[name]) for name in (*NUMERIC, "MODE", "LOG_FORMAT", "DEFAULT_DURABILITY")},
@@ -157,6 +166,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     "MAX_SNOOZES": _count,
     "IMPORT_MODULES": _module_paths,
     "ALLOW_EVICTION": bool,
+    "AUDIT_USER": _username,
 }
 # An integer default does not make its setting integral where the code always worked in floats.
 _COERCE.update({name: float for name, spec in _FIELDS.items() if spec.type == "float"})

@@ -14,7 +14,7 @@ from django.urls import reverse
 from redis.exceptions import RedisError
 
 from django_jobs.conf import jobs_settings
-from django_jobs.core import cancellation, results
+from django_jobs.core import audit, cancellation, results
 from django_jobs.exceptions import JobDoesNotExist
 from django_jobs.failures import redaction, retrying
 from django_jobs.models import BatchMember, DeadLetter, JobHistory
@@ -115,7 +115,7 @@ class JobPages:
         return HttpResponseRedirect(reverse("admin:django_jobs_deadletter_job", args=[done.job_id]))
 
 
-CANCEL_PERMISSION = "django_jobs.cancel_job"
+CANCEL_PERMISSION = cancellation.PERMISSION
 RETRY_PERMISSION = "django_jobs.retry_job"
 CANCEL_MESSAGES = {
     CancelResult.CANCELLED: "Job {job_id} was cancelled: it will not run.",
@@ -138,22 +138,8 @@ def _log(request: HttpRequest, job_id: str, message: str) -> None:
 
 def log_many(request: HttpRequest, messages: dict[str, str]) -> None:
     """:func:`_log` of many jobs at once (a bulk action): one INSERT."""
-    from django.contrib.admin.models import CHANGE, LogEntry
-
-    user = request.user
-    if not user.is_authenticated:  # the admin serves these views to logged-in staff only
-        return
-    LogEntry.objects.bulk_create(
-        LogEntry(
-            user_id=user.pk,
-            content_type=None,
-            object_id=job_id,
-            object_repr=f"Job {job_id}",
-            action_flag=CHANGE,
-            change_message=message,
-        )
-        for job_id, message in messages.items()
-    )
+    entries = [audit.Entry(job_id, f"Job {job_id}", text) for job_id, text in messages.items()]
+    audit.record(request.user, entries)
 
 
 def _payload(state: results.JobState | None, allowed: bool) -> dict[str, Any]:

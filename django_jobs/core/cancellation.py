@@ -23,6 +23,9 @@ from django_jobs.store import CancelResult, Store, valid_job_id
 from django_jobs.store.lifecycle import State
 from django_jobs.telemetry import history
 
+#: Who may cancel a job, in the admin and with ``jobs_cancel``.
+PERMISSION = "django_jobs.cancel_job"
+
 logger = logging.getLogger("django_jobs")
 
 

@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.contrib.contenttypes.models import ContentType
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from django_jobs.client.enqueue import Envelope, Options, build, deliver
 from django_jobs.conf import jobs_settings
-from django_jobs.core import payload, registry
+from django_jobs.core import audit, payload, registry
 from django_jobs.core.outcomes import AttemptEnded, Settling
 from django_jobs.exceptions import JobNotFound, LimitKeyError, PayloadError
 from django_jobs.failures import alerts
@@ -280,24 +279,9 @@ def _chunks(pks: list[int]) -> Iterator[list[int]]:
 
 
 def _audit(actor: Actor, changes: list[tuple[DeadLetter, str]], using: str) -> None:
-    """One LogEntry per changed entry: who (the actor), what (the message), when (action time)."""
-    if actor is None or not actor.is_authenticated or not changes:
-        return
-    # Imported here: the worker records dead letters without django.contrib.admin installed.
-    from django.contrib.admin.models import CHANGE, LogEntry
-
-    content_type = ContentType.objects.db_manager(using).get_for_model(DeadLetter)
-    LogEntry.objects.using(using).bulk_create(
-        LogEntry(
-            user_id=actor.pk,
-            content_type=content_type,
-            object_id=str(entry.pk),
-            object_repr=str(entry)[:200],
-            action_flag=CHANGE,
-            change_message=message,
-        )
-        for entry, message in changes
-    )
+    """One admin log entry per changed entry: who (the actor), what (the message), when."""
+    entries = [audit.Entry(str(entry.pk), str(entry), message) for entry, message in changes]
+    audit.record(actor, entries, model=DeadLetter, using=using)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from redis.exceptions import RedisError
 
-from django_jobs.core import registry
+from django_jobs.core import audit, registry
 from django_jobs.core.connections import connection_identity, queue_configs, server_connections
 from django_jobs.exceptions import JobNotFound
 from django_jobs.store import Pause, Store
@@ -172,18 +172,8 @@ def _who(actor: Actor) -> str:
 
 def _audit(actor: Actor, kind: str, name: str, message: str) -> None:
     """The admin log's record of a pause or resume, which has no row of its own: who, what, when."""
-    if actor is None or not actor.is_authenticated:
-        return
-    from django.contrib.admin.models import CHANGE, LogEntry
-
-    LogEntry.objects.create(
-        user_id=actor.pk,
-        content_type=None,
-        object_id=f"{kind}:{name}"[:200],
-        object_repr=f"{'Queue' if kind == 'queue' else 'Job type'} {name}"[:200],
-        action_flag=CHANGE,
-        change_message=message,
-    )
+    what = f"{'Queue' if kind == 'queue' else 'Job type'} {name}"
+    audit.record(actor, [audit.Entry(f"{kind}:{name}", what, message)])
 
 
 class Plan(NamedTuple):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import getpass
 import math
 import os
-from argparse import ArgumentTypeError
+from argparse import ArgumentParser, ArgumentTypeError
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -90,18 +90,30 @@ def output_file(text: str) -> Path:
 
 
 def audited_user(username: str | None, permission: str) -> AbstractBaseUser:
-    """The admin user a change is recorded under (default: the login name), who must hold the same
-    ``permission`` as in the admin."""
+    """The admin user a change is recorded under (``--user``, else ``JOBS["AUDIT_USER"]``, else the
+    login name), who must hold the same ``permission`` as in the admin."""
     from django.contrib.auth import get_user_model
 
-    username = username or getpass.getuser()
+    from django_jobs.conf import jobs_settings
+
+    source = "--user" if username else "JOBS['AUDIT_USER']" if jobs_settings.AUDIT_USER else "your login name"
+    username = username or jobs_settings.AUDIT_USER or getpass.getuser()
     users = get_user_model()._default_manager
     try:
         user: AbstractBaseUser = users.get_by_natural_key(username)
     except get_user_model().DoesNotExist:
         raise CommandError(
-            f"No admin user {username!r}: every change is audited; pass --user with your admin username."
+            f"No admin user {username!r} ({source}): every change is audited; pass --user with your admin "
+            "username, or name one in JOBS['AUDIT_USER']."
         ) from None
     if not user.is_active or not user.has_perm(permission):  # type: ignore[attr-defined]
         raise CommandError(f"User {username!r} lacks the {permission!r} permission.")
     return user
+
+
+def user_argument(parser: ArgumentParser) -> None:
+    """``--user``, for every command whose changes are audited."""
+    parser.add_argument(
+        "--user",
+        help="the admin user acting, for the audit log (default: JOBS['AUDIT_USER'], else your login name)",
+    )

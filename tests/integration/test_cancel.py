@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from django.contrib.admin.models import LogEntry
 from django.core.management import CommandError, call_command
 from django.db import transaction
 
@@ -27,6 +28,7 @@ from django_jobs.telemetry import stats
 from django_jobs.testing import run_jobs
 from django_jobs.worker.maintenance import Maintenance
 from tests.conftest import outcome_count
+from tests.integration.dashboard_support import operator
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
 
@@ -334,13 +336,19 @@ def test_a_cancel_settled_first_wins_and_the_late_completion_is_refused(redis_db
 # --- manage.py jobs_cancel ----------------------------------------------------------------------------
 
 
-def test_jobs_cancel_says_what_it_did_one_line_per_id(redis_db):
+@pytest.fixture
+def canceller(client) -> str:
+    """An admin user who may cancel jobs; the commands act as them."""
+    return operator(client, "cancel_job", username="ops").username
+
+
+def test_jobs_cancel_says_what_it_did_one_line_per_id(redis_db, canceller):
     store = Store(redis_db)
     running, waiting, ended = jobs.record.enqueue("r"), jobs.record.enqueue("w"), jobs.record.enqueue("e")
     assert cancel(ended.id) is CancelResult.CANCELLED
     claimed_one(store, running.id)
     out = io.StringIO()
-    call_command("jobs_cancel", waiting.id, running.id, ended.id, stdout=out)
+    call_command("jobs_cancel", waiting.id, running.id, ended.id, "--user", canceller, stdout=out)
     lines = out.getvalue().splitlines()
     assert [line.split(": ")[:2] for line in lines] == [
         [waiting.id, "cancelled"],
@@ -350,14 +358,39 @@ def test_jobs_cancel_says_what_it_did_one_line_per_id(redis_db):
     assert "1 s after its worker learns of it" in lines[1]  # the test settings' CANCEL_GRACE
 
 
-def test_jobs_cancel_exits_1_when_an_id_is_not_found(redis_db):
+def test_jobs_cancel_exits_1_when_an_id_is_not_found(redis_db, canceller):
     waiting, unknown = jobs.record.enqueue("w"), uuid.uuid4().hex
     out = io.StringIO()
     with pytest.raises(CommandError, match=r"^1 of 2 job\(s\) not found$") as raised:
-        call_command("jobs_cancel", unknown, waiting.id, stdout=out)
+        call_command("jobs_cancel", unknown, waiting.id, "--user", canceller, stdout=out)
     assert raised.value.returncode == 1
     assert out.getvalue().splitlines() == [
         f"{unknown}: not found: no such job in Redis (unknown, not pushed yet, or expired)",
         f"{waiting.id}: cancelled: it was waiting and will not run",
     ]
     assert status(redis_db, waiting.id) == b"canceled"
+
+
+def test_jobs_cancel_writes_each_cancel_to_the_admin_log_under_its_user(redis_db, canceller):
+    first, second = jobs.record.enqueue("a"), jobs.record.enqueue("b")
+    call_command("jobs_cancel", first.id, second.id, "--user", canceller, stdout=io.StringIO())
+    logged = LogEntry.objects.order_by("pk").values_list("user__username", "object_id", "change_message")
+    assert list(logged) == [
+        ("ops", first.id, "Cancel: cancelled (jobs_cancel)"),
+        ("ops", second.id, "Cancel: cancelled (jobs_cancel)"),
+    ]
+
+
+def test_the_audit_user_setting_names_who_acts_without_user_and_a_missing_one_says_how_to_fix_it(
+    redis_db, client, settings
+):
+    waiting = jobs.record.enqueue("w")
+    operator(client, "cancel_job", username="deploy-bot")
+    settings.JOBS = {**settings.JOBS, "AUDIT_USER": "deploy-bot"}
+    call_command("jobs_cancel", waiting.id, stdout=io.StringIO())
+    assert LogEntry.objects.get().user.username == "deploy-bot"
+    settings.JOBS = {**settings.JOBS, "AUDIT_USER": None}
+    with pytest.raises(CommandError, match=r"\(your login name\): every change is audited; pass --user"):
+        call_command("jobs_cancel", waiting.id, stdout=io.StringIO())
+    with pytest.raises(CommandError, match=r"No admin user 'ghost' \(--user\).*JOBS\['AUDIT_USER'\]"):
+        call_command("jobs_cancel", waiting.id, "--user", "ghost", stdout=io.StringIO())

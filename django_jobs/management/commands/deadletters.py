@@ -20,7 +20,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from django_jobs.conf import jobs_settings
 from django_jobs.failures import deadletter, redaction, selection
-from django_jobs.management.arguments import audited_user, real, whole
+from django_jobs.management.arguments import audited_user, real, user_argument, whole
 from django_jobs.models import DeadLetter
 
 FILTER_OPTIONS = ("job", "exception", "queue", "status", "reason", "group", "since", "until", "search")
@@ -77,7 +77,7 @@ def _change_arguments(parser: ArgumentParser) -> None:
     _filter_arguments(parser)
     parser.add_argument("--all", action="store_true", help="act on every open entry when no filter is given")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    parser.add_argument("--user", help="the admin user acting, for the audit log (default: your login name)")
+    user_argument(parser)
 
 
 class _Missing(dict[str, Any]):

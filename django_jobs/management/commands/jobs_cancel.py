@@ -9,8 +9,9 @@ from django.core.management.base import BaseCommand, CommandError
 from redis.exceptions import RedisError
 
 from django_jobs.conf import jobs_settings
-from django_jobs.core.cancellation import cancel
-from django_jobs.management.arguments import job_id
+from django_jobs.core import audit
+from django_jobs.core.cancellation import PERMISSION, cancel
+from django_jobs.management.arguments import audited_user, job_id, user_argument
 from django_jobs.store import CancelResult
 
 
@@ -30,13 +31,15 @@ def _line(result: CancelResult) -> str:
 class Command(BaseCommand):
     help = (
         "Cancel jobs: a waiting one at once, a running one by asking it to stop (killed after "
-        "JOBS['CANCEL_GRACE'] seconds). Exits 1 if any id was not found."
+        "JOBS['CANCEL_GRACE'] seconds), each written to the admin log. Exits 1 if any id was not found."
     )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("ids", nargs="+", type=job_id, metavar="ID", help="job ids")
+        user_argument(parser)
 
     def handle(self, *args: Any, ids: list[str], **options: Any) -> None:
+        user = audited_user(options["user"], PERMISSION)
         missing = 0
         for one in ids:
             try:
@@ -45,6 +48,7 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"{one}: Redis did not answer ({exc}); nothing more was cancelled"
                 ) from None
+            audit.record(user, [audit.Entry(one, f"Job {one}", f"Cancel: {result.value} (jobs_cancel)")])
             self.stdout.write(f"{one}: {_line(result)}")
             missing += result is CancelResult.NOT_FOUND
         if missing:

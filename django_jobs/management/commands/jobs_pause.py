@@ -12,7 +12,7 @@ from redis.exceptions import RedisError
 
 from django_jobs.exceptions import JobsError
 from django_jobs.flow.pausing import MAX_REASON, PAUSE_PERMISSION, describe, pause, paused, target
-from django_jobs.management.arguments import audited_user, bounded_text
+from django_jobs.management.arguments import audited_user, bounded_text, user_argument
 
 
 def targets(options: dict[str, Any]) -> list[tuple[str, str]]:
@@ -25,7 +25,7 @@ def target_arguments(parser: ArgumentParser) -> None:
     parser.add_argument(
         "--job", action="append", default=[], metavar="NAME", help="a job type, by name or alias; repeatable"
     )
-    parser.add_argument("--user", help="the admin user acting, for the audit log (default: your login name)")
+    user_argument(parser)
 
 
 class Command(BaseCommand):
