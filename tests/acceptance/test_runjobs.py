@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import signal
+import socket
 import time
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -192,3 +194,24 @@ def test_the_first_job_runs_on_a_database_session_its_work_process_opened_before
     row = wait_for(lambda: SideEffect.objects.filter(key__startswith="first:").first())
     session_began = dt.datetime.fromtimestamp(float(row.key.split(":")[1]), dt.UTC)
     assert session_began < handle.state().enqueued_at
+
+
+def listening(port: int) -> set[str]:
+    """The addresses a TCP port listens on, from the kernel's table (hex "0100007F" is 127.0.0.1)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, hex_port = local.split(":")
+        if int(hex_port, 16) == port and state == "0A":  # LISTEN
+            found.add(".".join(str(int(address[i : i + 2], 16)) for i in (6, 4, 2, 0)))
+    return found
+
+
+def test_the_metrics_port_listens_on_loopback_unless_told_otherwise(runjobs):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    worker = runjobs("--metrics-port", str(port))
+    wait_for(lambda: listening(port), timeout=30)
+    assert listening(port) == {"127.0.0.1"}
+    assert worker.terminate() == 0, worker.output()

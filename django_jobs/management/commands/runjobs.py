@@ -64,7 +64,10 @@ class Command(BaseCommand):
             help="Serve Prometheus metrics of all work processes, combined, on this port (0: any free one).",
         )
         parser.add_argument(
-            "--metrics-addr", default="0.0.0.0", help="Address the metrics port binds (default 0.0.0.0)."
+            "--metrics-addr",
+            default="127.0.0.1",
+            help="Address the metrics port binds (default 127.0.0.1, this host only; 0.0.0.0: every "
+            "interface, for a Prometheus on another host).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
