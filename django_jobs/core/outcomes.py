@@ -92,10 +92,11 @@ class Judgement:
 @dataclass(frozen=True)
 class AttemptEnded:
     """One attempt's end, as every subscriber sees it. ``duration`` is None for an attempt that never
-    ran here (undecodable, or settled for a dead work process or an expired lease); ``judgement`` and
-    ``history`` are set for a failure; ``bury`` says a dead letter is due (the job is in "dying").
-    ``fenced``: the store refused this end, as whoever took the lease back settled (and published) the
-    attempt already; :func:`publish` passes it to no subscriber, so no attempt is counted twice."""
+    ran here (undecodable, or settled for an expired lease; a killed work process's ran until its
+    death); ``judgement`` and ``history`` are set for a failure; ``bury`` says a dead letter is due
+    (the job is in "dying"). ``fenced``: the store refused this end, as whoever took the lease back
+    settled (and published) the attempt already; :func:`publish` passes it to no subscriber, so no
+    attempt is counted twice."""
 
     name: str
     job_id: str
@@ -226,9 +227,9 @@ def keep(event: AttemptEnded) -> None:
 def log(event: AttemptEnded) -> None:
     """The one log line per attempt; a snooze says how long the job waits, not an error."""
     if event.outcome is Outcome.SNOOZED:
-        log_outcome(event.outcome, event.name, event.claimed, event.duration or 0.0, snooze=event.retry_in)
+        log_outcome(event.outcome, event.name, event.claimed, event.duration, snooze=event.retry_in)
         return
-    log_outcome(event.outcome, event.name, event.claimed, event.duration or 0.0, event.exception)
+    log_outcome(event.outcome, event.name, event.claimed, event.duration, event.exception)
 
 
 #: The subscribers every pipeline ends with, after the services' bookkeeping.

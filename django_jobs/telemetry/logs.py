@@ -85,7 +85,7 @@ def log_outcome(
     outcome: str,
     name: str,
     claimed: Claimed,
-    duration: float,
+    duration: float | None,
     exc: BaseException | None = None,
     *,
     snooze: float | None = None,
@@ -101,8 +101,9 @@ def log_outcome(
         "queue": claimed.queue,
         "attempt": claimed.attempt,
         "outcome": str(outcome),
-        "duration": round(duration, 6),
     }
+    if duration is not None:  # None: the attempt did not run here (a lease reaped from another host)
+        fields["duration"] = round(duration, 6)
     if snooze is not None:
         fields["snooze"] = round(snooze, 3)
     if exc is not None:

@@ -295,7 +295,8 @@ class Supervisor:
                 outcomes.publish(execution.succeeded(store, claimed))
             return
         ending = self._ending(slot, settlement)
-        outcomes.publish(execution.settle_failure(store, self._claimed(store, slot), ending))
+        ran = time.monotonic() - slot.attempt.claimed_ns / 1e9  # from its claim: the same clock
+        outcomes.publish(execution.settle_failure(store, self._claimed(store, slot), ending, duration=ran))
 
     @staticmethod
     def _claimed(store: Store, slot: Slot) -> Claimed:

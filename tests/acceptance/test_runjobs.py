@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import signal
 import socket
 import time
@@ -118,6 +119,9 @@ def test_a_job_that_ignores_the_soft_timeout_is_killed_by_the_supervisor(runjobs
     entry = wait_for(lambda: DeadLetter.objects.filter(job_id=handle.id).first(), timeout=30)
     assert entry.exception == "django_jobs.exceptions.JobTimeout"
     assert attempts("stuck") == 2
+    # each killed attempt's line says how long it ran: past its 1 s timeout, not 0
+    killed = wait_for(lambda: re.findall(rf"job_id={handle.id} .* duration=([\d.]+)", worker.output()))
+    assert len(killed) == 2 and all(1 <= float(ran) < 15 for ran in killed), worker.output()
     jobs.record.enqueue("next")
     wait_for(lambda: SideEffect.objects.filter(key="next").exists())
     assert worker.proc.poll() is None
