@@ -29,8 +29,7 @@ _LEVELS = {
     "cancelled": logging.INFO,
     "snoozed": logging.INFO,
     "expired": logging.INFO,
-    "dead": logging.ERROR,
-}
+}  # the rest, a dead letter's last attempt too, WARNING: a dead letter's one ERROR is its alert
 
 
 def exception_path(exc: BaseException) -> str:
@@ -90,8 +89,9 @@ def log_outcome(
     *,
     snooze: float | None = None,
 ) -> None:
-    """Log how one attempt ended (``outcome`` is an ``outcomes.Outcome``); failures are WARNING,
-    dead letters ERROR, a cancel (asked for), a snooze (``snooze``: seconds it waits) and an expiry INFO."""
+    """Log how one attempt ended (``outcome`` is an ``outcomes.Outcome``); failures are WARNING (the
+    dead letter's alert is the ERROR), a cancel (asked for), a snooze (``snooze``: seconds it waits)
+    and an expiry INFO."""
     level = _LEVELS.get(str(outcome), logging.WARNING)
     if not logger.isEnabledFor(level):
         return  # the line would be dropped: skip building it, on every job

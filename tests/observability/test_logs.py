@@ -58,7 +58,7 @@ def test_json_is_one_object_per_line_with_the_traceback_inside(caplog, json_form
     with caplog.at_level(logging.INFO, logger="django_jobs.worker"):
         logs.log_outcome("dead", "billing.send_invoice", CLAIMED, 0.5, failure())
     (record,) = outcome_records(caplog)
-    assert record.levelno == logging.ERROR
+    assert record.levelno == logging.WARNING
     assert record.exc_info is None  # a formatter would append the traceback on lines of its own
     assert "\n" not in record.getMessage()
     line = json.loads(record.getMessage())
@@ -87,9 +87,25 @@ def test_the_worker_logs_every_attempt_once(caplog):
         "tests.invalid",
         "dead",
         "default",
-        logging.ERROR,
+        logging.WARNING,
     )
     assert fine.duration >= 0 and dead.duration >= 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dead_letter_is_one_error_line_its_alert(caplog):
+    """An error tracker's logging integration makes an event of each ERROR: one per dead letter."""
+    with caplog.at_level(logging.INFO):
+        bad = jobs.invalid.enqueue("bad")
+        run_jobs()
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [(r.name, r.getMessage()) for r in errors] == [
+        (
+            "django_jobs.alerts",
+            "Job tests.invalid dead-lettered after 1 attempt(s): tests.testapp.jobs.Invalid: bad input bad",
+        )
+    ], [r.getMessage() for r in errors]
+    assert errors[0].job_id == bad.id
 
 
 # --- runjobs' own console, in a project that configured no logging ------------------------------
@@ -157,7 +173,9 @@ def test_the_console_prints_the_outcome_line_as_its_logging_format_would(fresh_c
     job = r"job=billing\.send_invoice job_id=0123abcd queue=emails attempt=2"
     success = rf"{TIMESTAMP} INFO \[{os.getpid()}\] {job} outcome=success duration=0\.123457"
     assert re.fullmatch(success, direct), direct
-    assert re.fullmatch(rf"{TIMESTAMP} ERROR \[{os.getpid()}\] job=.* outcome=dead duration=0\.5", dead), dead
+    assert re.fullmatch(rf"{TIMESTAMP} WARNING \[{os.getpid()}\] job=.* outcome=dead duration=0\.5", dead), (
+        dead
+    )
     assert direct[23:] == formatted[23:]  # all but the time: the formatter's own line
 
 
