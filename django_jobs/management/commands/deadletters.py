@@ -27,9 +27,12 @@ FILTER_OPTIONS = ("job", "exception", "queue", "status", "reason", "group", "sin
 LIST_FIELDS = ("pk", "status", "created_at", "job_name", "queue", "exception", "attempts", "message")
 ENTRY_LINE = "{pk:>7}  {status:<9}  {created_at:%Y-%m-%d %H:%M}  {job_name}  {queue}  {exception}  {message}"
 GROUP_LINE = (
-    "{fingerprint}  {entries:>6} ({open} open)  {last_seen:%Y-%m-%d %H:%M}  {name}  {exception_class}"
+    "{fingerprint:<16}  {entries:>6} ({open} open)  {last_seen:%Y-%m-%d %H:%M}  {name}  {exception_class}"
     "  {frame}"
 )
+#: The first line of a text listing, its columns' names over their columns (times in UTC).
+ENTRY_HEADER = f"{'ID':>7}  {'STATUS':<9}  {'CREATED (UTC)':<16}  JOB  QUEUE  EXCEPTION  MESSAGE"
+GROUP_HEADER = f"{'GROUP':<16}  {'DEAD':>6} (OPEN)  {'LAST (UTC)':<16}  JOB  EXCEPTION  WHERE"
 _AGO = re.compile(r"^(\d+)([mhd])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 
@@ -134,10 +137,12 @@ class Command(BaseCommand):
         entries = self._selected(options)
         if options["by_group"]:
             rows: list[dict[str, Any]] = list(selection.groups(entries)[: options["limit"]])
-            line = GROUP_LINE
+            line, header = GROUP_LINE, GROUP_HEADER
         else:
             rows = list(entries.values(*LIST_FIELDS)[: options["limit"]])
-            line = ENTRY_LINE
+            line, header = ENTRY_LINE, ENTRY_HEADER
+        if rows and not options["json"]:
+            self.stdout.write(header)
         for row in rows:
             if options["json"]:
                 self.stdout.write(json.dumps(row, default=str))
