@@ -170,3 +170,21 @@ def test_the_test_modes_send_the_signals_runjobs_sends(heard, mode, job, signals
         assert (type(got) if got else None) is raised
     dead = list(DeadLetter.objects.values_list("job_name", "reason"))
     assert dead == ([(job.name, DeadLetter.Reason.PERMANENT)] if raised is PermanentError else [])
+
+
+class FastForward(TestCase):
+    """``run_jobs(retries=True)``: a job that succeeds on its third attempt, tested in one call."""
+
+    def test_a_job_that_succeeds_on_its_third_attempt_runs_all_three_without_waiting(self) -> None:
+        handle = jobs.fails_then_succeeds.enqueue("third-time", 2)
+        later = jobs.record.enqueue_in(dt.timedelta(hours=1), "an hour later")
+        assert run_jobs() == 1  # without it, the retry waits out its backoff
+        assert run_jobs(retries=True) == 3  # the two retries, and the delayed job
+        assert SideEffect.objects.filter(key="third-time").count() == 1
+        assert SideEffect.objects.filter(key="attempt:third-time").count() == 3
+        assert handle.status == Status.FINISHED and later.status == Status.FINISHED
+
+    def test_a_job_that_never_succeeds_ends_in_the_dead_letters_and_the_call_returns(self) -> None:
+        handle = jobs.fails_then_succeeds.enqueue("never", 99)
+        assert run_jobs(retries=True) == 3  # FAST allows 3 attempts
+        assert DeadLetter.objects.filter(job_id=handle.id).exists()
