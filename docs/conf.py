@@ -26,7 +26,7 @@ django.setup()
 
 project = "django_jobs"
 author = "django_jobs contributors"
-copyright = "django_jobs contributors"  # noqa: A001 - Sphinx's name for it
+copyright = "django_jobs contributors"
 # One version: pyproject.toml's, as the installed package's metadata says it.
 release = installed_version("django-durable-jobs")
 version = ".".join(release.split(".")[:2])

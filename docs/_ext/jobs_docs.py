@@ -25,6 +25,7 @@ import importlib
 import re
 from typing import Any
 
+import jobs_sources as sources
 from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx import addnodes
@@ -34,8 +35,6 @@ from sphinx.environment import BuildEnvironment
 from sphinx.transforms import SphinxTransform
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
-
-import jobs_sources as sources
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +166,9 @@ def _usage(found: sources.Command) -> str:
 
 
 def _options(found: sources.Command, sub: bool = False) -> list[str]:
-    lines = [f"```{{rubric}} {found.program}", "```", escape(found.description), "", _usage(found), ""] if sub else []
+    lines = []
+    if sub:
+        lines += [f"```{{rubric}} {found.program}", "```", escape(found.description), "", _usage(found), ""]
     lines += [f"```{{program}} {found.program}", "```", ""]
     for option in found.options:
         signature = ", ".join(f"{flag} {option.metavar}".strip() for flag in option.flags)

@@ -48,7 +48,7 @@ def value_text(value: Any) -> str:
 
 
 def span_text(value: Any) -> str:
-    """" (30 days)" for a number of seconds that is a whole number of days (above one), else ""."""
+    """ " (30 days)" for a number of seconds that is a whole number of days (above one), else ""."""
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 86400:
         days, rest = divmod(value, 86400)
         return f" ({int(days)} days)" if rest == 0 else ""
