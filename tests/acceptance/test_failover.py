@@ -8,9 +8,8 @@ acknowledged jobs that only the old primary had are lost (docs/explanation/durab
 figures). Either way the web side and every runjobs follow the new primary without a restart, and
 the leases, scheduled sets and concurrency slots converge. ``JOBS_FAILOVER_JOBS`` (300),
 ``JOBS_FAILOVER_ROUNDS`` (1), ``JOBS_FAILOVER_RATE`` (150 enqueues/s) and ``JOBS_FAILOVER_LAG`` (1 s)
-make a long run; each run
-writes its figures to ``var/failover-<level>.json`` (``default``: the package's default level, no
-level set).
+make a long run; each run writes its figures to ``var/failover-<level>.json`` (``default``: the
+package's default level, no level set).
 """
 
 from __future__ import annotations
