@@ -2,9 +2,10 @@
 
 Build it (what CI runs, through ``nox -s docs``)::
 
-    sphinx-build -W --keep-going -n -b html docs var/docs-html
+    sphinx-build -E -W --keep-going -n -b html docs var/docs-html
 
-Warnings are errors and every cross-reference must resolve (``-n``, nitpicky). The reference pages
+Warnings are errors and every cross-reference must resolve (``-n``, nitpicky); ``-E`` reads every page
+afresh, so a page that did not change still reports its warnings. The reference pages
 for settings, system checks, metrics, alerts and management commands are generated from the code by
 ``_ext/jobs_docs.py``; ``_ext/docs_settings.py`` is the Django project autodoc imports the package in.
 """
