@@ -6,7 +6,7 @@ import subprocess
 
 import nox
 
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "docs", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -81,6 +81,14 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", "django_jobs")
     session.run("mypy", "django_jobs")
     session.run("lint-imports")
+
+
+@nox.session(python="3.11")
+def docs(session: nox.Session) -> None:
+    """The documentation site, as CI builds it: warnings are errors and every reference must resolve.
+    A fresh environment each time (-E): a page that did not change still reports its warnings."""
+    session.install("-e", ".[docs]")
+    session.run("sphinx-build", "-E", "-W", "--keep-going", "-n", "-b", "html", "docs", "var/docs-html")
 
 
 @nox.session

@@ -413,7 +413,7 @@ def job(
 
     ``concurrency`` and ``rate`` ("10/s") cap runs at once and starts per period (a job over either
     waits, spending no attempt), for each key with ``limit_key`` (the job's arguments -> a short str or
-    int); ``cron`` ("*/5 * * * *") fires it once per period (``cron_catch_up``: "skip" or "once");
+    int); ``cron`` (``"*/5 * * * *"``) fires it once per period (``cron_catch_up``: "skip" or "once");
     ``store_result`` keeps its JSON return value; of a queue's ready jobs the highest ``priority``
     (-100 to 100) starts first. ``expires`` (seconds or a timedelta after each enqueue) drops a run
     that has not started by then; ``max_snoozes`` caps how often it may ``Snooze`` in all (default

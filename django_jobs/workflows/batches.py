@@ -333,7 +333,7 @@ def _end_of(event: AttemptEnded) -> End | None:
 
 
 def reconcile(batch_ids: Sequence[uuid.UUID | str]) -> int:
-    """Settle, now, the pending members of these batches whose job has ended (see :class:`Sweep`);
+    """Settle, now, the pending members of these batches whose job has ended (see ``Sweep``);
     returns how many members moved."""
     members, after, moved = BatchMember.objects.filter(state=PENDING, batch_id__in=batch_ids), 0, 0
     while True:

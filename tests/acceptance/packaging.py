@@ -1,5 +1,5 @@
-"""The package as a user gets it: a wheel built from the checkout's current files, and the README's
-Quick start blocks. Shared by the packaging and new-user tests, which run once per test run (on the
+"""The package as a user gets it: a wheel built from the checkout's current files, and the tutorial's
+project (docs/tutorial.md). Shared by the packaging and new-user tests, which run once per test run (on the
 SQLite leg): they test the package, not the database."""
 
 from __future__ import annotations
@@ -26,9 +26,14 @@ _BLOCK = re.compile(
 )
 
 
+#: The page whose marked blocks are the new project's files (the README's Quick start is part of it:
+#: tests/unit/test_docs.py).
+QUICKSTART = ROOT / "docs" / "tutorial.md"
+
+
 def quickstart_blocks() -> list[tuple[str, bool, str]]:
-    """(target, append?, text) of each marked README block, in order."""
-    text = (ROOT / "README.md").read_text()
+    """(target, append?, text) of each marked block of the tutorial, in order."""
+    text = QUICKSTART.read_text()
     return [(m["target"], bool(m["append"]), m["body"]) for m in _BLOCK.finditer(text)]
 
 

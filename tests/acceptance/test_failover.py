@@ -4,12 +4,12 @@ under a concurrency limit. The primary is SIGKILLed mid-stream; the replica is p
 writes of its last second.
 
 With "ledger" and "replicated" every committed job ends done or dead-lettered; with "fast" the
-acknowledged jobs that only the old primary had are lost (the README's figures). Either way the web
-side and every runjobs follow the new primary without a restart, and the leases, scheduled sets and
-concurrency slots converge. ``JOBS_FAILOVER_JOBS`` (300), ``JOBS_FAILOVER_ROUNDS`` (1),
-``JOBS_FAILOVER_RATE`` (150 enqueues/s) and ``JOBS_FAILOVER_LAG`` (1 s) make a long run; each run
-writes its figures to ``var/failover-<level>.json`` (``default``: the package's default level, no
-level set).
+acknowledged jobs that only the old primary had are lost (docs/explanation/durability.md has the
+figures). Either way the web side and every runjobs follow the new primary without a restart, and
+the leases, scheduled sets and concurrency slots converge. ``JOBS_FAILOVER_JOBS`` (300),
+``JOBS_FAILOVER_ROUNDS`` (1), ``JOBS_FAILOVER_RATE`` (150 enqueues/s) and ``JOBS_FAILOVER_LAG`` (1 s)
+make a long run; each run writes its figures to ``var/failover-<level>.json`` (``default``: the
+package's default level, no level set).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The first hour of a new user, scripted: a fresh virtualenv, this checkout installed with pip, a
-brand-new ``startproject`` built from the README's Quick start blocks (extracted from README.md, so the
-two cannot drift), its first job, its first dead letter, ``manage.py check``, ``deadletters list``
-and the project's own tests, under Django's runner and under pytest."""
+brand-new ``startproject`` built from the tutorial's blocks (extracted from docs/tutorial.md, so the
+two cannot drift; the README's Quick start is part of it: tests/unit/test_docs.py), its first job,
+its first dead letter, ``manage.py check``, ``deadletters list`` and the project's own tests, under
+Django's runner and under pytest."""
 
 from __future__ import annotations
 
@@ -11,20 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.packaging import once_per_run, quickstart_blocks, run
+from tests.acceptance.packaging import QUICKSTART, once_per_run, quickstart_blocks, run
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.acceptance, once_per_run]
 
 #: The interpreter of the project's virtualenv: this test run's, or JOBS_NEW_USER_PYTHON to try another.
 PYTHON = os.environ.get("JOBS_NEW_USER_PYTHON", sys.executable)
-#: The Redis the README's settings name; the test points the project at its own database instead.
+#: The Redis the tutorial's settings name; the test points the project at its own database instead.
 README_REDIS = "redis://localhost:6379/0"
 #: Whom the project's invoices were mailed to, as the project's own shell reports it.
 SENT = "from billing.models import Invoice; print([i.email for i in Invoice.objects.exclude(sent_at=None)])"
 
 
-#: The Quick start's commands this test runs (with its own flags added): the README must still say them.
+#: The tutorial's commands this test runs (with its own flags added): the tutorial must still say them,
+#: and its blocks marked ``<!-- run: new-user -->`` may say only these (tests/unit/test_docs.py).
 COMMANDS = [
     "django-admin startproject mysite .",
     "python manage.py startapp billing",
@@ -33,13 +35,14 @@ COMMANDS = [
     "python manage.py runjobs --burst",
     "python manage.py deadletters list",
     "pip install pytest pytest-django",
+    "python manage.py test",
+    "pytest",
 ]
 
 
-def test_the_quick_start_still_gives_the_commands_this_test_runs():
-    text = (ROOT / "README.md").read_text()
-    quick_start = text[text.index("## Quick start") : text.index("## The API")]
-    assert [command for command in COMMANDS if command not in quick_start] == []
+def test_the_tutorial_still_gives_the_commands_this_test_runs():
+    tutorial = QUICKSTART.read_text()
+    assert [command for command in COMMANDS if command not in tutorial] == []
 
 
 def _environment(venv: Path) -> dict[str, str]:
@@ -62,7 +65,7 @@ def _write_project(project: Path, redis_url: str) -> str:
         with path.open("a" if append else "w") as file:
             file.write(("\n" + body) if append else body)
     settings = (project / "mysite" / "settings.py").read_text()
-    assert redis_url in settings and shell, "the Quick start lost its settings or its shell lines"
+    assert redis_url in settings and shell, "the tutorial lost its settings or its shell lines"
     return shell
 
 

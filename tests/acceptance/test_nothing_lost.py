@@ -133,7 +133,8 @@ def test_a_job_stuck_in_c_code_is_killed_within_its_timeout_plus_grace(private_r
     wait_for(lambda: attempt_times("bomb"))
     entry = wait_for(lambda: DeadLetter.objects.filter(job_id=handle.id).first(), timeout=40)
     first, second = attempt_times("bomb")
-    # timeout 1 s + grace 1 s (test settings), + backoff and claim; the README promises <= 10 s of grace
+    # timeout 1 s + grace 1 s (test settings), + backoff and claim: the kill comes at timeout + grace
+    # (docs/explanation/failure-model.md)
     assert (second - first).total_seconds() < 1 + 10
     assert entry.exception == "django_jobs.exceptions.JobTimeout"
     jobs.record.enqueue("next")

@@ -27,6 +27,20 @@ def test_the_wheel_is_published_under_a_name_of_our_own(wheel: Path):
     assert wheel.name.startswith("django_durable_jobs-")
 
 
+def test_the_wheel_carries_the_license_the_project_urls_and_the_short_readme(wheel: Path):
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        headers = Parser().parsestr(archive.read(metadata).decode())
+        shipped = archive.read(metadata.replace("METADATA", "licenses/LICENSE"))
+    assert headers["License-Expression"] == "MIT" and headers["License-File"] == "LICENSE"
+    assert shipped == (ROOT / "LICENSE").read_bytes()
+    urls = dict(url.split(", ", 1) for url in headers.get_all("Project-URL"))
+    assert {"Documentation", "Changelog", "Source"} <= set(urls)
+    description = headers.get_payload()
+    assert description.strip() == (ROOT / "README.md").read_text().strip()
+    assert len(description.splitlines()) <= 300
+
+
 def test_the_wheel_ships_the_alert_rules_and_the_dashboard(wheel: Path):
     with zipfile.ZipFile(wheel) as archive:
         for relative in FILES.values():

@@ -6,7 +6,7 @@ Redis records: a kill after the code returned and before its completion landed c
 the kills provoke on purpose. Any other second run is a job completed twice.
 
 Small in CI; ``JOBS_SOAK_JOBS`` and ``JOBS_SOAK_SECONDS`` make it bigger. The figures land in
-var/soak-report.json (the README quotes a large run).
+var/soak-report.json (docs/explanation/failure-model.md quotes a large run).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
     "--disable-sync",
 ]
-#: Set to a directory (e.g. docs) to keep the screenshots the README shows.
+#: Set to a directory (e.g. docs) to keep the screenshots the README and the documentation show.
 SCREENSHOTS = os.environ.get("JOBS_SCREENSHOTS", "")
 
 

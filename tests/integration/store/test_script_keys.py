@@ -255,8 +255,8 @@ def test_a_plain_claim_asks_nothing_of_the_pauses(recorder, redis_db):
 
 
 def test_a_plain_claim_asks_no_priority_set_the_worker_found_empty(redis_db, recorder):
-    """The README's cost of priorities: while a queue's list has jobs and the worker's reading found
-    no prioritized job, a claim runs no command for the priority sets."""
+    """The cost of priorities (docs/reference/flow-control.md): while a queue's list has jobs and the
+    worker's reading found no prioritized job, a claim runs no command for the priority sets."""
     jobs.record.enqueue_many([("a",), ("b",)])
     store = Store.of(redis_db)
     for nonce in ("1", "2"):
