@@ -25,6 +25,17 @@ README_REDIS = "redis://localhost:6379/0"
 SENT = "from billing.models import Invoice; print([i.email for i in Invoice.objects.exclude(sent_at=None)])"
 
 
+#: The shell lines fed to Python's interactive console one by one, as a paste is: a line it cannot
+#: compile or run fails the command.
+PASTE = """
+import code, sys
+console, failed = code.InteractiveConsole(), []
+console.showsyntaxerror = console.showtraceback = lambda *args, **kwargs: failed.append(args)
+for line in open("pasted.txt").read().splitlines() + [""]:
+    console.push(line)
+sys.exit(f"the pasted lines failed: {failed}" if failed else 0)
+"""
+
 #: The tutorial's commands this test runs (with its own flags added): the tutorial must still say them,
 #: and its blocks marked ``<!-- run: new-user -->`` may say only these (tests/unit/test_docs.py).
 COMMANDS = [
@@ -77,8 +88,7 @@ def test_a_new_project_built_from_the_quick_start_runs_its_jobs(wheel: Path, tmp
     venv, project = tmp_path / "venv", tmp_path / "project"
     run([PYTHON, "-m", "venv", str(venv)], cwd=tmp_path)
     env, python = _environment(venv), venv / "bin" / "python"
-    run([str(python), "-m", "pip", "install", "-q", str(wheel), "pytest>=8.3,<10", "pytest-django>=4.9,<5"],
-        cwd=tmp_path, env=env, timeout=600)  # fmt: skip
+    run([str(python), "-m", "pip", "install", "-q", str(wheel)], cwd=tmp_path, env=env, timeout=600)
     project.mkdir()
     run([str(venv / "bin" / "django-admin"), "startproject", "mysite", "."], cwd=project, env=env)
     manage = [str(python), "manage.py"]
@@ -90,15 +100,18 @@ def test_a_new_project_built_from_the_quick_start_runs_its_jobs(wheel: Path, tmp
     checked = run([*manage, "check"], cwd=project, env=env)
     assert "System check identified no issues (0 silenced)." in checked, checked
 
-    run([*manage, "shell", "-v", "0", "-c", shell], cwd=project, env=env)
+    (project / "pasted.txt").write_text(shell)  # into manage.py shell, line by line as a person pastes
+    run([*manage, "shell", "-v", "0", "-c", PASTE], cwd=project, env=env)
     worker = run([*manage, "runjobs", "--burst"], cwd=project, env=env, timeout=120)
     sent = _django_says(python, project, env, SENT)
     assert sent == "['ada@example.com']", worker
     dead = run([*manage, "deadletters", "list"], cwd=project, env=env)
     assert "billing.send_invoice" in dead and "InvoiceVoided" in dead, dead
 
-    tested = run([*manage, "test", "billing", "-v", "1"], cwd=project, env=env)
+    tested = run([*manage, "test", "-v", "1"], cwd=project, env=env)  # no pytest installed yet
     assert "Ran 2 tests" in tested and "OK" in tested, tested  # the TestCase; the pytest test is pytest's
+    run([str(python), "-m", "pip", "install", "-q", "pytest>=8.3,<10", "pytest-django>=4.9,<5"],
+        cwd=tmp_path, env=env, timeout=600)  # fmt: skip
     pytested = run([str(venv / "bin" / "pytest"), "-q", "-p", "no:cacheprovider"], cwd=project, env=env)
     assert "3 passed" in pytested, pytested
 

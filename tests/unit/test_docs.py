@@ -20,6 +20,7 @@ The site builds in its own step (``nox -s docs``, warnings as errors); these tes
 from __future__ import annotations
 
 import ast
+import codeop
 import functools
 import importlib.metadata
 import importlib.util
@@ -232,6 +233,28 @@ def test_quickstart_blocks_are_the_ones_the_acceptance_test_builds_its_project_f
     assert [block.marker.removeprefix("quickstart: ").removesuffix(" (append)") for block in ours] == [
         target for target, _append, _body in quickstart_blocks()
     ]
+
+
+def pasted(code: str) -> list[str]:
+    """What an interactive Python shell says of ``code`` pasted into it line by line, without running
+    it: the console's own rule (a compound statement ends at a blank line, not at a dedent)."""
+    errors, buffer = [], []
+    for number, line in enumerate(code.splitlines(), 1):
+        buffer.append(line)
+        try:
+            complete = codeop.compile_command("\n".join(buffer), "<stdin>", "single")
+        except SyntaxError as exc:
+            errors.append(f"line {number}: {exc.msg}")
+            complete = True  # the console drops what it could not compile
+        if complete is not None:
+            buffer = []
+    return errors
+
+
+def test_the_tutorials_shell_lines_paste_into_manage_py_shell():
+    (shell,) = [block for block in marked("quickstart") if block.marker == "quickstart: shell"]
+    assert pasted(shell.code) == []
+    assert pasted("with x:\n    y()\nz()\n") == ["line 3: invalid syntax"]  # what it caught before
 
 
 def test_the_readme_quick_start_is_part_of_the_tutorial():
