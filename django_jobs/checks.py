@@ -255,7 +255,7 @@ def _cluster_problem(names: list[str], server: str) -> CheckMessage:
         f"Queue(s) {', '.join(names)} live on a Redis in cluster mode ({server}): a job's keys and its "
         "queue's hash to different slots, so every push and claim fails.",
         hint="Give each group of queues a standalone Redis (with Sentinel for failover); one runjobs serves "
-        "queues on several servers (README: 'Queues on several Redis servers').",
+        "queues on several servers (docs/howto/scale-out.md: 'Queues on several Redis servers').",
         id="django_jobs.E034",
     )
 

@@ -1,7 +1,7 @@
 """The one settings object over ``settings.JOBS``, read at access time so ``override_settings`` works.
 
 :class:`JobsSettings` is the single place a setting is declared: its field (type and default) and the
-comment above it, which the README's settings table repeats. :func:`problems` is the single
+comment above it, which the documentation's settings reference repeats. :func:`problems` is the single
 validation: ``manage.py check`` reports exactly what it finds.
 """
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 MODES = ("queue", "immediate", "capture")
 LOG_FORMATS = ("text", "json")
-#: Durability levels of a queue's enqueues, weakest first (README "Durability").
+#: Durability levels of a queue's enqueues, weakest first (docs/explanation/durability.md).
 FAST, REPLICATED, LEDGER = "fast", "replicated", "ledger"
 LEVELS = (FAST, REPLICATED, LEDGER)
 #: Bounds of the replicated level: a push never waits longer than this for its replicas.
@@ -31,7 +31,7 @@ MAX_REPLICA_TIMEOUT = 5.0
 
 @dataclass(frozen=True)
 class JobsSettings:
-    """Every key of ``settings.JOBS`` with its default, typed. The README documents each one."""
+    """Every key of ``settings.JOBS`` with its default, typed; docs/reference/settings.md documents each."""
 
     # "queue": push to Redis; "immediate": run inline (at commit inside a transaction);
     # "capture": record jobs for assertions in tests.
@@ -85,7 +85,8 @@ class JobsSettings:
     # noeviction, with maxmemory set): evicted jobs vanish. True starts it anyway, with a warning.
     ALLOW_EVICTION: bool = False
     # The durability level of each queue's enqueues ("ledger", "replicated" or "fast"); queues not
-    # listed get DEFAULT_DURABILITY. "ledger" loses nothing Redis loses alone. See README "Durability".
+    # listed get DEFAULT_DURABILITY. "ledger" loses nothing Redis loses alone
+    # (docs/explanation/durability.md).
     DURABILITY: dict[str, str] = field(default_factory=dict)
     DEFAULT_DURABILITY: str = LEDGER
     # "replicated": a push returns once Redis' WAIT confirms this many replicas have it ...
@@ -275,7 +276,8 @@ def problems() -> list[Problem]:
     """Everything wrong with ``settings.JOBS`` that can be told without importing user code."""
     given = getattr(settings, "JOBS", {})
     if not isinstance(given, dict):
-        return [Problem("django_jobs.E005", "settings.JOBS must be a dict.", "See the README for its keys.")]
+        hint = "docs/reference/settings.md lists its keys."
+        return [Problem("django_jobs.E005", "settings.JOBS must be a dict.", hint)]
     return [
         *_unknown_keys(given),
         *_choice_problem(

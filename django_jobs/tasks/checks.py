@@ -11,7 +11,7 @@ from django_jobs.core.connections import serializer_problem
 from django_jobs.tasks.binding import bound
 from django_jobs.tasks.options import BackendOptions
 
-OPTIONS_HINT = "See the README's 'Django Tasks' section for the backend's OPTIONS."
+OPTIONS_HINT = "docs/reference/django-tasks.md (the documentation's 'Django Tasks') lists the OPTIONS."
 
 
 def problems(alias: str, queues: set[str], options: BackendOptions) -> list[CheckMessage]:

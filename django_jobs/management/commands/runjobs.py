@@ -113,7 +113,7 @@ class Command(BaseCommand):
         if clustered:
             raise CommandError(
                 f"Redis {found.server} runs in cluster mode, which cannot hold RQ's keys: give the queues "
-                "standalone Redis servers (see the README, 'Queues on several Redis servers')."
+                "standalone Redis servers (see docs/howto/scale-out.md, 'Queues on several Redis servers')."
             )
         if found.evicts and not jobs_settings.ALLOW_EVICTION:
             raise CommandError(f"{found.describe()} Or set JOBS['ALLOW_EVICTION'] = True to run anyway.")
