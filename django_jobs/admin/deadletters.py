@@ -35,7 +35,7 @@ from django_jobs.failures import deadletter, redaction, selection
 from django_jobs.flow import pausing
 from django_jobs.models import DeadLetter
 from django_jobs.ops import overview
-from django_jobs.templatetags.django_jobs_admin import when
+from django_jobs.templatetags.django_jobs_admin import dotted, when
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -142,9 +142,9 @@ class DeadLetterAdmin(_Base, JobPages, PausePages):
         return format_html(
             '<span class="djjobs-job">{}</span> <span class="djjobs-muted">on {}</span>'
             '<span class="djjobs-exception">{}</span><span class="djjobs-message">{}</span>',
-            obj.job_name,
+            dotted(obj.job_name),
             obj.queue,
-            obj.exception,
+            dotted(obj.exception),
             getattr(obj, "message_start", ""),
         )
 
@@ -273,16 +273,25 @@ class DeadLetterAdmin(_Base, JobPages, PausePages):
     @admin.display(description="attempt history")
     def attempt_history(self, obj: DeadLetter) -> str:
         rows = [
-            (row.get("attempt", ""), when(row.get("at")), row.get("exception", ""), row.get("message", ""))
+            (
+                row.get("attempt", ""),
+                when(row.get("at")),
+                dotted(row.get("exception", "")),
+                row.get("message", ""),
+            )
             for row in obj.history
             if isinstance(row, dict)
         ]
         if not rows:
             return "-"
         return format_html(
-            '<table class="djjobs-table"><thead><tr><th>attempt</th><th>at</th><th>exception</th>'
-            "<th>message</th></tr></thead><tbody>{}</tbody></table>",
-            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+            '<table class="djjobs-table djjobs-history"><thead><tr><th>attempt</th><th>at</th>'
+            "<th>exception</th><th>message</th></tr></thead><tbody>{}</tbody></table>",
+            format_html_join(
+                "",
+                '<tr><td>{}</td><td class="nowrap">{}</td><td>{}</td><td class="djjobs-text">{}</td></tr>',
+                rows,
+            ),
         )
 
     @admin.display(description="requeued as")

@@ -74,7 +74,7 @@ def test_the_groups_page_fits_with_the_sidebar_open(operator_page, expect, scree
         assert right_edge(button) <= sizes["viewport"]
 
 
-@pytest.mark.parametrize("width", [1440])  # at 1280 px its job types table was already 84 px too wide
+@pytest.mark.parametrize("width", [1280, 1440])
 def test_the_overview_with_its_pause_buttons_fits_with_the_sidebar_open(operator_page, screenshot, width):
     from django_jobs import pause
 
@@ -88,3 +88,54 @@ def test_the_overview_with_its_pause_buttons_fits_with_the_sidebar_open(operator
     assert sizes["pageOverflow"] <= 0, sizes
     for button in page.locator("#queues input[type=submit], #pauses input[type=submit]").all():
         assert right_edge(button) <= sizes["viewport"]
+
+
+#: Where a line of an element's text breaks between two letters or digits: a word cut in two.
+MID_WORD = """(selector) => {
+    const cuts = [];
+    for (const element of document.querySelectorAll(selector)) {
+        const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+        const chars = [];
+        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+            for (let i = 0; i < node.length; i++) {
+                const range = document.createRange();
+                range.setStart(node, i);
+                range.setEnd(node, i + 1);
+                chars.push([node.data[i], range.getBoundingClientRect().top]);
+            }
+        }
+        for (let i = 1; i < chars.length; i++) {
+            if (chars[i][1] > chars[i - 1][1] + 2 && /\\w/.test(chars[i - 1][0]) && /\\w/.test(chars[i][0])) {
+                cuts.push(element.textContent.trim());
+            }
+        }
+    }
+    return cuts;
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 1440])
+@pytest.mark.parametrize("where", ["/admin/django_jobs/deadletter/", "/admin/django_jobs/deadletter/groups/"])
+def test_job_names_and_exception_classes_break_at_their_dots_never_mid_word(operator_page, where, width):
+    page = operator_page
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(where)
+    assert page.locator(".djjobs-exception").count() >= 3
+    assert page.evaluate(MID_WORD, ".djjobs-exception, .djjobs-job") == []
+
+
+@pytest.mark.parametrize("width", [1280, 1440])
+def test_a_dead_letters_attempt_history_fits_its_page(operator_page, screenshot, width):
+    from django_jobs.models import DeadLetter
+
+    entry = DeadLetter.objects.filter(exception__startswith="requests.").first()
+    page = operator_page
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(f"/admin/django_jobs/deadletter/{entry.pk}/change/")
+    screenshot(page, f"layout-dead-letter-{width}", full_page=True)
+    sizes = page.evaluate(MEASURE, ".field-attempt_history table")
+    assert sizes["pageOverflow"] <= 0, sizes
+    history = page.locator(".field-attempt_history table")
+    fieldset = page.locator("fieldset", has=history)
+    assert right_edge(history) <= right_edge(fieldset)  # the message column is not cut off
+    assert page.evaluate(MID_WORD, ".field-attempt_history td") == []
