@@ -40,7 +40,7 @@ def _parse(text: str) -> dt.datetime | None:
 
 
 @register.filter
-def dotted(value: object) -> SafeString:
+def dotted(value: str) -> SafeString:
     """``value`` escaped, with a line-break opportunity after each dot: ``billing.jobs.Voided`` wraps
     as ``billing.`` / ``jobs.Voided`` in a narrow column, not inside a word."""
     return mark_safe(str(conditional_escape(value)).replace(".", ".<wbr>"))  # escaped first

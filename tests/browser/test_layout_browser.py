@@ -139,3 +139,24 @@ def test_a_dead_letters_attempt_history_fits_its_page(operator_page, screenshot,
     fieldset = page.locator("fieldset", has=history)
     assert right_edge(history) <= right_edge(fieldset)  # the message column is not cut off
     assert page.evaluate(MID_WORD, ".field-attempt_history td") == []
+
+
+@pytest.mark.parametrize("width", [1280, 1440])
+def test_the_chains_list_fits_without_scrolling_inside_itself(page, expect, screenshot, width):
+    from django_jobs.models import Chain
+
+    for n in range(3):
+        Chain.objects.create(
+            name=f"warehouse.export_orders_to_partner_{n}", cursor={"after": 1000 + n, "region": "eu-west"},
+            pages_done=120, items_done=60_000, last_error="requests.exceptions.ReadTimeout: the partner API "
+            "did not answer within 30 s (https://api.partner.example.com/v3/orders/export)",
+        )  # fmt: skip
+    user_with("chains", "view_chain", "view_deadletter")
+    log_in(page, expect, "chains")
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto("/admin/django_jobs/chain/")
+    screenshot(page, f"layout-chains-{width}")
+    sizes = page.evaluate(MEASURE, "#changelist .results")
+    assert sizes["overflow"] <= 0 and sizes["pageOverflow"] <= 0, sizes
+    for chain in page.locator("#result_list tbody .field-chain a").all():
+        assert chain.bounding_box()["height"] < 70  # a name and a short id: three lines, not an id over four
