@@ -133,8 +133,9 @@ def attempt(claimed: Claimed) -> Iterator[AttemptSpan]:
 def on_attempt_ended(event: AttemptEnded) -> None:
     """An outcome subscriber: the span of an attempt settled outside its work process (killed by the
     hard timeout, a dead work process, an expired lease), from its start to now; the process that ran
-    it took its own span with it. A job that expired never had an attempt, so it gets no span."""
-    if event.duration is not None or event.outcome is Outcome.EXPIRED or _attempting.get() or not active():
+    it took its own span with it. An attempt that ended in its process is published inside its own span
+    (``_attempting``); a job that expired never had an attempt, so it gets no span."""
+    if event.outcome is Outcome.EXPIRED or _attempting.get() or not active():
         return
     started = event.claimed.record.time("started_at")
     parent, links = _origin(event.claimed)

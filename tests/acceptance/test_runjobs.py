@@ -120,8 +120,9 @@ def test_a_job_that_ignores_the_soft_timeout_is_killed_by_the_supervisor(runjobs
     assert entry.exception == "django_jobs.exceptions.JobTimeout"
     assert attempts("stuck") == 2
     # each killed attempt's line says how long it ran: past its 1 s timeout, not 0
-    killed = wait_for(lambda: re.findall(rf"job_id={handle.id} .* duration=([\d.]+)", worker.output()))
-    assert len(killed) == 2 and all(1 <= float(ran) < 15 for ran in killed), worker.output()
+    lines = rf"job_id={handle.id} .* duration=([\d.]+)"
+    killed = wait_for(lambda: len(found := re.findall(lines, worker.output())) == 2 and found)
+    assert all(1 <= float(ran) < 15 for ran in killed), worker.output()
     jobs.record.enqueue("next")
     wait_for(lambda: SideEffect.objects.filter(key="next").exists())
     assert worker.proc.poll() is None
