@@ -293,7 +293,9 @@ def _time(at: float) -> str:
     """A moment as the admin shows it, in UTC, with how far it is from now."""
     when = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     delta = at - _now()
-    return f"{when} ({'in ' + _span(delta) if delta >= 0 else _span(-delta) + ' ago'})"
+    if abs(delta) < 1:
+        return f"{when} (now)"
+    return f"{when} ({'in ' + _span(delta) if delta > 0 else _span(-delta) + ' ago'})"
 
 
 def _span(seconds: float) -> str:
