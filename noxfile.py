@@ -104,13 +104,17 @@ def tests(session: nox.Session, django: str, databases: dict[str, list[str]]) ->
         command = ["python", "-m", "pytest", "-p", "no:cacheprovider", *(session.posargs or selected)]
         background.append((db, log, subprocess.Popen(command, env={**os.environ, **_env(session, django, db)},
                                                      stdout=log, stderr=subprocess.STDOUT)))  # fmt: skip
-    session.run("python", "-m", "pytest", *(session.posargs or first_tests), env=_env(session, django, first))
-    for db, log, process in background:
-        code = process.wait()
-        log.seek(0)
-        print(f"--- pytest on {db} ---\n{log.read()}")
-        if code:
-            session.error(f"pytest on {db} failed (exit {code})")
+    failed, first_run = [], ["python", "-m", "pytest", *(session.posargs or first_tests)]
+    try:
+        session.run(*first_run, env=_env(session, django, first))
+    finally:  # the other runs are waited for and shown even when the first failed
+        for db, log, process in background:
+            code = process.wait()
+            log.seek(0)
+            print(f"--- pytest on {db} ---\n{log.read()}")
+            failed += [f"pytest on {db} failed (exit {code})"] if code else []
+    if failed:
+        session.error("; ".join(failed))
 
 
 def _env(session: nox.Session, django: str, db: str) -> dict[str, str]:

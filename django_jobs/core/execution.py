@@ -124,12 +124,13 @@ def settle_failure(
     lost: bool = False,
     name: str | None = None,
     duration: float | None = None,
+    elsewhere: bool = False,
 ) -> AttemptEnded:
     """Retry with backoff, move to "dying" for dead-lettering, or end cancelled (``JobCancelled``, or
     any failure once the job's cancel was requested: the store decides, atomically), and return the
     attempt's end for the caller to :func:`~django_jobs.core.outcomes.publish` (whose dead-letter
     subscriber writes the row). ``lost``: the lease already moved to LOST (worker died). ``name``
-    defaults to the job hash's."""
+    defaults to the job hash's. ``elsewhere``: settled outside the process that ran it (so is a lost one)."""
     definition = _definition(claimed)
     failed = _judge(exc, claimed, definition)
     history = _history(claimed, failed)
@@ -158,7 +159,10 @@ def settle_failure(
     reported = name if name is not None else claimed.record.name
     bury, retry_in = settled is Settled.DONE and delay is None, delay if settled is Settled.DONE else None
     fenced = settled is Settled.FENCED
-    return _ended(store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in, fenced)
+    return _ended(
+        store, claimed, reported, outcome, duration, exc, failed, history, bury, retry_in, fenced,
+        elsewhere=elsewhere or lost,
+    )  # fmt: skip
 
 
 def settle_snooze(
@@ -207,13 +211,13 @@ def completion(ended: AttemptEnded) -> Finished | None:
 def succeeded(store: Settling, claimed: Claimed) -> AttemptEnded:
     """The end of an attempt whose code returned and whose work process died before publishing it,
     completed by the supervisor: its return value died with the process."""
-    return _ended(store, claimed, claimed.record.name, Outcome.SUCCESS, None, None)
+    return _ended(store, claimed, claimed.record.name, Outcome.SUCCESS, None, None, elsewhere=True)
 
 
 def cancelled(store: Settling, claimed: Claimed, exc: BaseException) -> AttemptEnded:
     """The end of an attempt the store already settled as cancelled outside the work process (a job
     handed back at shutdown whose cancel had been requested)."""
-    return _ended(store, claimed, claimed.record.name, Outcome.CANCELLED, None, exc)
+    return _ended(store, claimed, claimed.record.name, Outcome.CANCELLED, None, exc, elsewhere=True)
 
 
 def _ended(
@@ -229,10 +233,11 @@ def _ended(
     retry_in: float | None = None,
     fenced: bool = False,
     result: str | None = None,
+    elsewhere: bool = False,
 ) -> AttemptEnded:
     return AttemptEnded(
         name, claimed.id, claimed.queue, claimed.attempt, outcome, duration, exc, claimed, store,
-        judgement, tuple(history or ()), bury, retry_in, result=result, fenced=fenced,
+        judgement, tuple(history or ()), bury, retry_in, result=result, fenced=fenced, elsewhere=elsewhere,
     )  # fmt: skip
 
 

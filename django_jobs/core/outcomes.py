@@ -92,9 +92,10 @@ class Judgement:
 @dataclass(frozen=True)
 class AttemptEnded:
     """One attempt's end, as every subscriber sees it. ``duration`` is None for an attempt that never
-    ran here (undecodable, or settled for an expired lease; a killed work process's ran until its
-    death); ``judgement`` and ``history`` are set for a failure; ``bury`` says a dead letter is due
-    (the job is in "dying"). ``fenced``: the store refused this end, as whoever took the lease back
+    ran here (undecodable, expired, or settled for an expired lease; a killed work process's ran until
+    its death); ``elsewhere``: settled outside the process that ran it (a supervisor, a reaper);
+    ``judgement`` and ``history`` are set for a failure; ``bury`` says a dead letter is due (the job
+    is in "dying"). ``fenced``: the store refused this end, as whoever took the lease back
     settled (and published) the attempt already; :func:`publish` passes it to no subscriber, so no
     attempt is counted twice."""
 
@@ -113,6 +114,7 @@ class AttemptEnded:
     retry_in: float | None = None  # seconds until the next attempt, for a failure that will retry or a snooze
     result: str | None = None  # a success's return value as JSON, if its job keeps results
     fenced: bool = False
+    elsewhere: bool = False  # settled outside the process that ran it (a supervisor, a reaper)
 
 
 Subscriber = Callable[[AttemptEnded], object]
@@ -188,9 +190,9 @@ def notify(event: AttemptEnded) -> None:
 
 
 def count(event: AttemptEnded) -> None:
-    """The job counter, and the duration histogram for an attempt that ran here."""
-    if event.duration is None:
-        metrics.settled(event.name, event.queue, event.outcome.value)
+    """The job counter and the duration histogram; the busy gauge only in the process that ran it."""
+    if event.elsewhere or event.duration is None:
+        metrics.settled(event.name, event.queue, event.outcome.value, event.duration)
     else:
         metrics.finished(event.name, event.queue, event.outcome.value, event.duration)
 

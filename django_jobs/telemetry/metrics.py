@@ -136,9 +136,12 @@ def finished(job: str, queue: str, outcome: str, duration: float) -> None:
     _child(DURATION, job, queue).observe(duration)
 
 
-def settled(job: str, queue: str, outcome: str) -> None:
-    """An outcome decided outside the work process (hard timeout, lost worker, a cancel's kill)."""
+def settled(job: str, queue: str, outcome: str, duration: float | None = None) -> None:
+    """An outcome decided outside the work process (hard timeout, lost worker, a cancel's kill): its
+    busy gauge went with that process; ``duration``, if it ran, until it was killed."""
     _child(JOBS_TOTAL, job, queue, outcome).inc()
+    if duration is not None:
+        _child(DURATION, job, queue).observe(duration)
 
 
 def fenced(queue: str, reason: str) -> None:

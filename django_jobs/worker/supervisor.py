@@ -296,7 +296,10 @@ class Supervisor:
             return
         ending = self._ending(slot, settlement)
         ran = time.monotonic() - slot.attempt.claimed_ns / 1e9  # from its claim: the same clock
-        outcomes.publish(execution.settle_failure(store, self._claimed(store, slot), ending, duration=ran))
+        settled = execution.settle_failure(
+            store, self._claimed(store, slot), ending, duration=ran, elsewhere=True
+        )
+        outcomes.publish(settled)
 
     @staticmethod
     def _claimed(store: Store, slot: Slot) -> Claimed:
