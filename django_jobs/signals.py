@@ -11,13 +11,14 @@ job_started = Signal()
 #: sender=job name; kwargs: job_id, queue, attempt, duration.
 job_succeeded = Signal()
 #: sender=job name; kwargs: job_id, queue, attempt, duration, exception (the exception instance).
-#: Sent for every failed attempt, wherever its end was decided: ``duration`` is None when it did
-#: not run in a work process (a payload that cannot be read, a hard timeout's kill, a lost worker),
-#: and ``exception`` is then ``JobTimeout`` or ``WorkerLost``.
+#: Sent for every failed attempt, wherever its end was decided: ``duration`` is how long it ran, until
+#: a hard timeout's or a cancel's kill too, and None when no process of this runjobs ran it (a payload
+#: that cannot be read, a lease reaped from another host); a kill's ``exception`` is ``JobTimeout`` or
+#: ``WorkerLost``.
 job_failed = Signal()
 #: sender=job name; kwargs: job_id, queue, attempt, delay (seconds until the next attempt).
 job_retrying = Signal()
-#: sender=job name; kwargs: job_id, queue, attempt, duration (None when its process was killed).
+#: sender=job name; kwargs: job_id, queue, attempt, duration (until its kill, when it was killed).
 #: Sent when an attempt ends cancelled: the job raised ``JobCancelled``, its work process was killed
 #: after ``JOBS["CANCEL_GRACE"]``, or it failed once its cancel had been requested.
 job_cancelled = Signal()
