@@ -31,7 +31,9 @@ import pytest
 import redis
 from django.db import connection
 
+from django_jobs import pause
 from django_jobs.conf import jobs_settings
+from django_jobs.flow import pausing
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import Store
 from tests.chaos import RedisServer, converged, enqueue_alternating
@@ -176,6 +178,10 @@ def drain_through(
         wanted = len(load.committed) - len(gone) + JOBS // ROUNDS // 4  # ended when the fault comes
         load.burst(JOBS // ROUNDS)
         wait_for(lambda n=wanted: len(load.committed) - len(load.unended()) >= n, timeout=120)
+        # The queue is paused (every runjobs sees it within pausing.REFRESH), so the fault finds jobs
+        # waiting in it whatever the machine's speed; the fault takes the pause with the rest.
+        pause(queue="default", reason="the fault must find jobs waiting")
+        time.sleep(pausing.REFRESH + 0.2)
         load.burst(FRESH)  # committed just before the fault: their rows are younger than a second
         figures.at_fault.append({**converged(client), "ended": len(load.committed) - len(load.unended())})
         at = time.monotonic()
