@@ -369,3 +369,11 @@ def test_one_version_for_the_package_the_site_and_the_changelog():
     assert 'installed_version("django-durable-jobs")' in (DOCS / "conf.py").read_text()
     releases = re.findall(r"^## \[([^\]]+)\]", (ROOT / "CHANGELOG.md").read_text(), re.MULTILINE)
     assert releases[0] == "Unreleased" and declared in releases
+
+
+def test_the_testing_guide_tells_to_give_tests_a_redis_database_of_their_own():
+    """A development runjobs took a test's job and ran it against the development database: the
+    guide says why tests need their own Redis database, and how."""
+    guide = " ".join((DOCS / "howto" / "testing.md").read_text().split())
+    assert "Give your tests a Redis database of their own" in guide
+    assert "never the one a development `runjobs` serves" in guide
