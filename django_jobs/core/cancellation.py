@@ -57,8 +57,9 @@ def cancel(job_id: str, *, queue: str | None = None) -> CancelResult:
         result = store.cancel(job_id, jobs_settings.FINISHED_TTL)
         if result is CancelResult.CANCELLED:
             forget_ended([job_id])
-            history.keep(history.row(store.record(job_id), State.CANCELLED))
-            history.flush(every=0)
+            if history.enabled():
+                history.keep(history.row(store.record(job_id), State.CANCELLED))
+                history.flush(every=0)
         if result is not CancelResult.NOT_FOUND:
             return result
     return CancelResult.NOT_FOUND

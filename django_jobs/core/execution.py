@@ -287,7 +287,9 @@ def soft_timeout(seconds: float) -> Iterator[None]:
 
 
 def _in_transaction(conn: BaseDatabaseWrapper) -> bool:
-    return conn.in_atomic_block or not conn.get_autocommit()
+    """Whether ``conn``, an open connection, is inside a transaction. Its ``autocommit`` is read as it
+    is: ``get_autocommit()`` would only connect first, and check for an event loop, on every job."""
+    return conn.in_atomic_block or not conn.autocommit
 
 
 def _needs_closing(conn: BaseDatabaseWrapper) -> bool:
@@ -306,7 +308,11 @@ def _discard(conn: BaseDatabaseWrapper) -> None:
     conn.close()
 
 
-def db_hygiene(interrupted: bool = False, caller: Collection[str] | None = None) -> None:
+def db_hygiene(
+    interrupted: bool = False,
+    caller: Collection[str] | None = None,
+    listed: Sequence[BaseDatabaseWrapper] | None = None,
+) -> None:
     """Between jobs, and before each pass of the supervisor's maintenance: drop broken or expired
     connections and a leaked transaction, keep healthy ones. Django reopens a connection only once it
     is closed, so one broken by a database outage would otherwise fail every query after it returns.
@@ -320,8 +326,11 @@ def db_hygiene(interrupted: bool = False, caller: Collection[str] | None = None)
     ``caller``: the attempt runs in the caller's process, not a worker's; the connections it names
     (:func:`caller_transactions`) hold the caller's transaction, such as the one Django's ``TestCase``
     wraps each test in, which is no leak: they are left as they are.
+
+    ``listed``: this thread's connections, if the caller has just listed them (:func:`_listed`) and
+    none was opened since: after a job, the list its leak check read serves here too.
     """
-    for conn in connections.all(initialized_only=True):
+    for conn in _listed() if listed is None else listed:
         if caller is not None and conn.alias in caller:
             continue
         if conn.connection is not None and (interrupted or _needs_closing(conn)):
@@ -331,14 +340,20 @@ def db_hygiene(interrupted: bool = False, caller: Collection[str] | None = None)
         reset_queries()
 
 
-def caller_transactions() -> frozenset[str]:
+def _listed() -> Sequence[BaseDatabaseWrapper]:
+    """This thread's connections (Django's list of them costs a job more than the checks of each)."""
+    return connections.all(initialized_only=True)
+
+
+def caller_transactions(listed: Sequence[BaseDatabaseWrapper] | None = None) -> frozenset[str]:
     """The connections of this thread inside a transaction now: a test's wrapping one (``TestCase``,
     pytest-django's ``db``) or the caller's own block. An attempt run in the caller's process leaves
     them to the caller (:func:`db_hygiene`): closing one would end the caller's transaction under it.
-    After a job returned, the others are the transactions it left open."""
+    After a job returned, the others are the transactions it left open. ``listed``: as for
+    :func:`db_hygiene`."""
     return frozenset(
         conn.alias
-        for conn in connections.all(initialized_only=True)
+        for conn in (_listed() if listed is None else listed)
         if conn.connection is not None and _in_transaction(conn)
     )
 
@@ -385,11 +400,12 @@ def _attempt(
     kwargs: dict[str, Any],
     claimed: Claimed,
     caller: Collection[str] | None,
-) -> tuple[BaseException | None, str | None]:
+) -> tuple[BaseException | None, str | None, Sequence[BaseDatabaseWrapper] | None]:
     """Run the job's code; return what it raised, whatever it is (``SystemExit``,
     ``KeyboardInterrupt`` and ``GeneratorExit`` are outcomes of the job like any exception; the
     work process's own shutdown never raises into a job: SIGTERM only sets a flag), or the JSON of
-    its return value if the job keeps results. A returned :class:`Snooze` is returned as if raised."""
+    its return value if the job keeps results. A returned :class:`Snooze` is returned as if raised.
+    Last, the connections listed once the job returned (None if it raised), for :func:`db_hygiene`."""
     alarm = definition.timeout + (invocation.ASYNC_ALARM_MARGIN if definition.is_async else 0.0)
     try:
         db_hygiene(caller=caller)
@@ -398,14 +414,16 @@ def _attempt(
         func, timeout, is_async = definition.func, definition.timeout, definition.is_async
         with running(attempt), binding(_claimed, claimed), soft_timeout(alarm):
             value = invocation.call(func, args, kwargs, timeout=timeout, is_async=is_async, tidy=orm)
-        leaked = caller_transactions().difference(caller or ()) | (orm.leaked if orm else frozenset())
+        listed = _listed()
+        leaked = caller_transactions(listed).difference(caller or ()) | (orm.leaked if orm else frozenset())
         if leaked:
-            return _left_open(definition.name, leaked), None
+            return _left_open(definition.name, leaked), None, listed
         if isinstance(value, Snooze):
-            return value, None
-        return None, invocation.result_json(definition.name, value) if definition.store_result else None
+            return value, None, listed
+        result = invocation.result_json(definition.name, value) if definition.store_result else None
+        return None, result, listed
     except BaseException as exc:
-        return exc, None
+        return exc, None, None
 
 
 def run(
@@ -456,12 +474,12 @@ def _run(
         on_start(definition.timeout)
     send(job_started, name, claimed)
     isolated("Counting a start", lambda: metrics.started(name, claimed.queue, queue_wait(claimed)))
-    error, result = _attempt(definition, args, kwargs, claimed, caller)
+    error, result, listed = _attempt(definition, args, kwargs, claimed, caller)
     duration = time.perf_counter() - started
     if on_end is not None:
         on_end(error is None)
     interrupted = isinstance(error, JobTimeout)
-    isolated("Closing the job's database connections", lambda: db_hygiene(interrupted, caller))
+    isolated("Closing the job's database connections", lambda: db_hygiene(interrupted, caller, listed))
     if error is None:
         ended = _ended(store, claimed, name, Outcome.SUCCESS, duration, None, result=result)
     elif isinstance(error, Snooze):

@@ -209,10 +209,10 @@ _ENDS = {Outcome.SUCCESS: State.FINISHED, Outcome.CANCELLED: State.CANCELLED, Ou
 
 
 def keep(event: AttemptEnded) -> None:
-    """The job's row in the history, if this attempt ended the job; as for the counts, none for an
-    attempt a test mode ran in memory."""
+    """The job's row in the history, if it is on and this attempt ended the job; as for the counts,
+    none for an attempt a test mode ran in memory."""
     state = State.DEAD if event.bury else _ENDS.get(event.outcome)
-    if state is None or not isinstance(event.store, Store):
+    if state is None or not isinstance(event.store, Store) or not history.enabled():
         return
     claimed = event.claimed
     found = history.row(

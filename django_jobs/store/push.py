@@ -43,19 +43,20 @@ def _push_call(jobs: Sequence[Pushable], extra: Mapping[str, Any] | None) -> tup
             marker = len(markers)
         fields = [item for pair in j.fields().items() for item in pair] + added
         batch.append([j.id, number[j.queue], j.due, fields, marker, j.debounce, j.priority])
-    queues = [queue_keys(queue) for queue in number]
-    return _packer()(queue=queues, job=hashes, marker=markers, jobs=json.dumps(batch))
+    return _packer(tuple(number))(job=hashes, marker=markers, jobs=json.dumps(batch))
 
 
-@functools.cache
-def _packer() -> Packer:
-    """The push's packer: its fixed keys and arguments packed once."""
+@functools.lru_cache(maxsize=64)
+def _packer(queues: tuple[str, ...]) -> Packer:
+    """The packer of the pushes to these queues (in this order): its fixed keys and arguments, the
+    queues' keys included, packed once, so a push of one job costs only its own names."""
     return INTERFACES["push"].packer(
         queues_set=keys.QUEUES_SET,
         wake_cap=WAKE_CAP,
         unique_ttl=UNIQUE_TTL,
         prefix=keys.JOB_PREFIX,
         sched_prefix=keys.scheduled_key(""),
+        queue=[queue_keys(queue) for queue in queues],
     )
 
 

@@ -68,14 +68,20 @@ def row(
     }
 
 
+def enabled() -> bool:
+    """Whether ended jobs are kept (``JOBS["HISTORY"]``). Asked before a row is built, so a process
+    with the history off builds none."""
+    return bool(jobs_settings.HISTORY)
+
+
 def keep(row: dict[str, Any]) -> None:
-    """Buffer one ended job's row (the fields of ``JobHistory``), to be written by :func:`flush`."""
-    if jobs_settings.HISTORY:
-        if len(_pending) == MAX_PENDING:
-            logger.warning(
-                "History buffer full: the oldest unwritten row is dropped (job %s).", _pending[0]["job_id"]
-            )
-        _pending.append(row)
+    """Buffer one ended job's row (the fields of ``JobHistory``), to be written by :func:`flush`; the
+    caller asked :func:`enabled` first."""
+    if len(_pending) == MAX_PENDING:
+        logger.warning(
+            "History buffer full: the oldest unwritten row is dropped (job %s).", _pending[0]["job_id"]
+        )
+    _pending.append(row)
 
 
 def flush(*, every: float = FLUSH_EVERY) -> None:

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import pytest
+from redis.connection import Encoder
 
 from django_jobs.store import lifecycle, scripts
 from django_jobs.store.interface import Group, Interface, Times
@@ -78,12 +79,25 @@ def test_a_missing_or_unknown_name_fails_with_a_message_naming_it():
         scripts.INTERFACES["pause"].pack(paused="p", field="f", by="b", why="w")
 
 
+def _sent(call: tuple[list[Any], list[Any]]) -> tuple[list[bytes], list[bytes]]:
+    """A call's KEYS and ARGV as the Redis client sends them."""
+    encode = Encoder("utf-8", "strict", False).encode
+    return [encode(key) for key in call[0]], [encode(arg) for arg in call[1]]
+
+
 @pytest.mark.parametrize("scope", [{"slots": "S", "limits": "{}"}, None])
 def test_a_compiled_packer_packs_what_pack_packs_with_its_fixed_names_worked_out_once(scope):
     queues = [{"list": "q1", "wake": "w1", "name": "one"}, {"list": "q2", "wake": "w2", "name": "two"}]
     pack = EXAMPLE.packer(leases="L", lost="X", queue=queues, limited=["k1"], home={"list": "h"})
     queues[0]["list"] = "changed"  # the fixed names were packed when it was compiled
-    assert pack(token="t", stamp="s", scope=scope, fields=["f", "v"]) == _call(scope)
+    packed = pack(token="t", stamp="s", scope=scope, fields=["f", "v"])
+    assert _sent(packed) == _sent(_call(scope))
+    assert packed[0][:2] == [b"L", b"X"] and packed[1][:2] == [b"2", b"1"]  # encoded once, when compiled
+
+
+def test_a_fixed_value_is_encoded_as_the_client_would_encode_it_or_left_to_it():
+    pack = Interface("t", args=("a", "b", "c", "d", "e")).packer(a="é", b=2, c=0.5, d=b"\xff", e=True)
+    assert pack() == ([], ["é", b"2", b"0.5", b"\xff", True])  # a bool: the client still refuses it
 
 
 def test_a_packer_refuses_an_unknown_name_or_a_bad_item_when_it_is_compiled():

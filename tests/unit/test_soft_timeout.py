@@ -72,6 +72,18 @@ def test_a_work_process_keeps_its_handlers_and_takes_back_those_a_job_replaced()
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
 
 
+def test_a_work_process_sets_no_handler_that_is_already_in_place(monkeypatch):
+    work = WorkProcess([], "w", report_fd=-1)
+    work.install_signals()
+
+    def unexpected(*args: object) -> None:
+        raise AssertionError("a handler in place is not set again")
+
+    monkeypatch.setattr(signal, "signal", unexpected)
+    work.install_signals()  # SIG_IGN read raw is its number: still the handler wanted
+    monkeypatch.undo()
+
+
 def test_a_process_that_keeps_the_handler_swaps_none_and_its_timeouts_still_fire(monkeypatch):
     monkeypatch.setattr(execution._Alarm, "keeper", 0)
     WorkProcess([], "w", report_fd=-1).install_signals()
