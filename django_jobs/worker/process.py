@@ -41,6 +41,10 @@ _PR_SET_PDEATHSIG = 1
 BURST_WAIT = 60.0
 #: The exit code of a work process that ran its ``--max-jobs``: the supervisor starts another in its place.
 RECYCLED = 3
+#: Seconds a server whose queues were found empty is left out of the claims of a process that
+#: another server keeps busy: a job pushed there meanwhile waits at most this long (an idle process
+#: of this ``runjobs``, blocked on every server's wake-up list, takes it at once).
+DRAINED_PAUSE = 0.02
 #: A claim that only completes the last job: no queue asked.
 _COMPLETE_ONLY = Plan([], "{}", frozenset())
 #: The reports that carry nothing but their kind, as sent: a plain job's cost no encoding.
@@ -66,6 +70,7 @@ class Served:
     reach: Reach
     held: Held  # its paused queues and job types, read once a second
     finished: Finished | None = None
+    drained_until: float = 0.0  # while another server keeps the process busy, not asked before this
 
     @property
     def queues(self) -> tuple[str, ...]:
@@ -223,10 +228,28 @@ class WorkProcess:
     def _claim(self, served: Sequence[Served], stopping: bool, nonce: str) -> tuple[Served, Claimed] | None:
         """Complete each server's finished job and claim the next job from the first server that has
         one, each server in one round trip. Once a job is claimed (or while stopping), later servers
-        are only asked to complete theirs."""
+        are only asked to complete theirs.
+
+        A server found drained is left out of the claims for ``DRAINED_PAUSE`` while another keeps
+        this process busy, so it costs a busy process one empty round trip per pause, not one per
+        job; when no other server has a job, it is asked again at once, before any idle wait."""
+        now = time.monotonic()
+        resting = [one for one in served if one.drained_until > now]
+        got = self._ask(served, stopping, nonce, now)
+        if got is None and resting and not stopping:
+            for one in resting:
+                one.drained_until = 0.0
+            got = self._ask(resting, stopping, nonce, now)
+        return got
+
+    def _ask(
+        self, served: Sequence[Served], stopping: bool, nonce: str, now: float
+    ) -> tuple[Served, Claimed] | None:
         got: tuple[Served, Claimed] | None = None
+        several = len(self.servers) > 1
         for one in served:
-            plan = _COMPLETE_ONLY if got is not None or stopping else one.held.claim()
+            asking = got is None and not stopping and one.drained_until <= now
+            plan = one.held.claim() if asking else _COMPLETE_ONLY
             if not (plan.queues or one.finished) or not one.reach.up():
                 continue
             try:
@@ -248,6 +271,8 @@ class WorkProcess:
             execution.publish_expired(one.store, claim.expired)
             if claim.claimed is not None:
                 got = (one, claim.claimed)
+            elif several and plan.queues:
+                one.drained_until = now + DRAINED_PAUSE
         return got
 
     def _attempt(self, store: Store, claimed: Claimed, sent: int) -> Finished | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import pytest
 import redis
@@ -25,7 +26,7 @@ from django_jobs.telemetry import stats
 from django_jobs.testing import run_jobs
 from django_jobs.worker import SHARDED_SOCKET_TIMEOUT, WORKER_SOCKET_TIMEOUT, build_supervisor
 from django_jobs.worker.maintenance import Maintenance
-from django_jobs.worker.process import Served, WorkProcess
+from django_jobs.worker.process import DRAINED_PAUSE, Served, WorkProcess
 from django_jobs.worker.servers import wait_any
 from tests.chaos import RedisServer
 from tests.conftest import wait_for
@@ -79,6 +80,29 @@ def test_a_claim_asks_each_server_in_turn_and_completes_each_jobs_success_on_its
     assert where is one[0] and claimed.id == later.id
     assert b.hget(f"rq:job:{first.id}", "status") == b"finished" and not b.zcard(LEASES)
     assert one[1].finished is None
+
+
+def test_a_drained_server_costs_a_busy_process_one_empty_claim_per_pause_not_one_per_job(
+    redis_db, emails_redis
+):
+    b = client(emails_redis)
+    handles = [jobs.record.enqueue(f"a{i}") for i in range(150)]
+    one = served(["emails", "default"])  # the drained server first: asked before the busy one
+    before = b.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    started = time.monotonic()
+    ran = []
+    for _ in handles:
+        where, claimed = claim(one)
+        assert where is one[1]
+        ran.append(claimed.id)
+        where.finished = Finished(claimed.token, claimed.queue)
+    elapsed = time.monotonic() - started
+    empty = b.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) - before
+    assert ran == [h.id for h in handles]
+    assert 1 <= empty <= elapsed / DRAINED_PAUSE + 2 and empty < len(handles)
+    late = jobs.record.options(queue="emails").enqueue("b")  # nothing left elsewhere: asked again at once
+    got = wait_for(lambda: claim(one), timeout=5)
+    assert got[0] is one[0] and got[1].id == late.id
 
 
 def test_a_server_that_is_down_is_skipped_and_probed_until_it_answers(redis_db, emails_redis):
