@@ -138,9 +138,10 @@ def peer(
     assert side.python is not None
     python = str(side.python)
     db = BROKER_DB.get(key)
-    env = {"BENCH_PEER_BROKER": f"redis://127.0.0.1:{bench.redis.port}/{db}"} if db is not None else {}
-    if key == "db_worker":
-        env["DJANGO_SETTINGS_MODULE"] = "benchmarks.peerside.settings"
+    # Only the Django Tasks peer is a Django project (Celery would apply its Django fix-up otherwise).
+    env = {"DJANGO_SETTINGS_MODULE": "benchmarks.peerside.settings" if key == "db_worker" else ""}
+    if db is not None:
+        env["BENCH_PEER_BROKER"] = f"redis://127.0.0.1:{bench.redis.port}/{db}"
     kind = {"db_worker": "tasks", "dramatiq": "dramatiq"}.get(key, "celery")
 
     def enqueue(job: str, n: int, path: Path) -> None:
