@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -115,9 +116,9 @@ class Runner:
     counter: int = 0
     logs: list[Path] = field(default_factory=list)
 
-    def _log(self, argv: Sequence[str]) -> Path:
+    def _log(self, name: str) -> Path:
         self.counter += 1
-        path = self.logdir / f"{self.counter:03d}-{argv[3]}.log"
+        path = self.logdir / f"{self.counter:03d}-{name}.log"
         self.logs.append(path)
         return path
 
@@ -129,13 +130,17 @@ class Runner:
                 found += sum(text in line for line in path.read_text(errors="replace").splitlines())
         return found
 
-    def start(self, argv: Sequence[str]) -> tuple[subprocess.Popen[bytes], Path]:
-        log = self._log(argv)
+    def start(
+        self, argv: Sequence[str], env: dict[str, str] | None = None, name: str = ""
+    ) -> tuple[subprocess.Popen[bytes], Path]:
+        """Start ``argv`` (a management command unless ``name`` says what it is), with ``env`` on top
+        of the benchmark's environment."""
+        log = self._log(name or argv[3])
         with log.open("wb") as out:
             process = subprocess.Popen(
                 list(argv),
                 cwd=REPO,
-                env=self.env,
+                env={**self.env, **(env or {})},
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -145,20 +150,42 @@ class Runner:
 
     def timed(self, argv: Sequence[str], timeout: float) -> float:
         """Run a command to completion; returns its wall time from spawn to exit."""
+        return self.accounted(argv, timeout).wall
+
+    def accounted(self, argv: Sequence[str], timeout: float) -> Usage:
+        """Run a command to completion; returns its wall time and the CPU time of its process tree.
+
+        Once the process has exited, its zombie still shows its own CPU time in ``/proc/<pid>/stat``;
+        then ``wait4`` reaps it and gives the whole tree's: its own and that of every child it reaped
+        (the work processes of ``runjobs``)."""
         started = time.perf_counter()
         process, log = self.start(argv)
+        pidfd = os.pidfd_open(process.pid)  # readable once the process has exited, before it is reaped
         try:
-            code = process.wait(timeout)
-        except subprocess.TimeoutExpired:
+            exited, _, _ = select.select([pidfd], [], [], timeout)
+        finally:
+            os.close(pidfd)
+        if not exited:
             stop(process)
-            raise BenchError(
-                f"{' '.join(argv[3:])} did not finish within {timeout:.0f} s; see {log}"
-            ) from None
+            raise BenchError(f"{' '.join(argv[3:])} did not finish within {timeout:.0f} s; see {log}")
+        own = cpu_seconds(process.pid)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = code = os.waitstatus_to_exitcode(status)
         elapsed = time.perf_counter() - started
         if code != 0:
             tail = log.read_text(errors="replace")[-2000:]
             raise BenchError(f"{' '.join(argv[3:])} exited with {code}:\n{tail}")
-        return elapsed
+        return Usage(elapsed, own, usage.ru_utime + usage.ru_stime)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A finished command: wall seconds, and CPU seconds (user + system) of the process itself and of
+    its whole tree (itself and the children it reaped)."""
+
+    wall: float
+    own: float
+    tree: float
 
 
 def stop(process: subprocess.Popen[bytes], grace: float = 10) -> None:
@@ -175,9 +202,9 @@ def stop(process: subprocess.Popen[bytes], grace: float = 10) -> None:
         process.wait()
 
 
-def children(pid: int) -> list[int]:
-    """Pids whose parent is ``pid``."""
-    found = []
+def _parents() -> dict[int, int]:
+    """Every process: pid -> parent pid."""
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -186,9 +213,33 @@ def children(pid: int) -> list[int]:
         except OSError:
             continue
         # the command name is in parentheses and may contain spaces: the ppid follows the last ")"
-        if int(stat.rpartition(")")[2].split()[1]) == pid:
-            found.append(int(entry.name))
-    return sorted(found)
+        found[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
+    return found
+
+
+def children(pid: int) -> list[int]:
+    """Pids whose parent is ``pid``."""
+    return sorted(child for child, parent in _parents().items() if parent == pid)
+
+
+def tree(roots: Sequence[int]) -> list[int]:
+    """``roots`` and every descendant of them still running."""
+    parents = _parents()
+    found, frontier = [], [r for r in roots if r in parents]
+    while frontier:
+        found += frontier
+        frontier = [child for child, parent in parents.items() if parent in frontier]
+    return found
+
+
+def tree_rss_mib(roots: Sequence[int]) -> tuple[int, float]:
+    """How many processes ``roots`` and their descendants are, and their VmRSS summed in MiB (a
+    process gone meanwhile counts 0)."""
+    pids, total = tree(roots), 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError, BenchError):  # exited, or a zombie (no VmRSS)
+            total += rss_mib(pid)
+    return len(pids), total
 
 
 def rss_mib(pid: int) -> float:

@@ -27,7 +27,12 @@ from .setups import SETUPS
 if TYPE_CHECKING:
     from .scenarios import Sizes
 
-SECTIONS = ("throughput", "commands", "enqueue", "latency", "memory", "browser", "verify", "setups")
+SECTIONS = (
+    "throughput", "commands", "enqueue", "latency", "memory", "cpu",
+    "browser", "verify", "setups", "io", "peers",
+)  # fmt: skip
+#: Left out of --quick unless --only names them: they build and run the peers' virtualenv.
+NOT_QUICK = ("peers",)
 QUICK = {
     "jobs": 200,
     "repeat": 1,
@@ -37,6 +42,8 @@ QUICK = {
     "due_probes": 10,
     "memory_jobs": 5000,
     "browse_jobs": 2000,
+    "cpu_jobs": 1000,
+    "io_per_slot": 20,
 }
 
 
@@ -61,7 +68,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="JOBS['LEASE_SECONDS'] for runjobs (default: django_jobs' default)",
     )
     parser.add_argument(
-        "--only", default=",".join(SECTIONS), help=f"comma-separated sections ({', '.join(SECTIONS)})"
+        "--only",
+        help=f"comma-separated sections ({', '.join(SECTIONS)}); default all (--quick: all but "
+        f"{', '.join(NOT_QUICK)}, and the I/O run without its peers)",
+    )
+    parser.add_argument(
+        "--cpu-jobs", type=int, help="jobs in the CPU-per-job drain (default 20000, quick 1000)"
+    )
+    parser.add_argument(
+        "--io-per-slot",
+        type=int,
+        help="I/O-bound run: jobs per job a runner runs at once (default 100, quick 20)",
     )
     parser.add_argument(
         "--workers",
@@ -92,6 +109,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="also write the raw results to this file")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     args = parser.parse_args(argv)
+    args.peers = not args.quick or args.only is not None  # the peers' runs, in io and peers
+    if args.only is None:
+        args.only = ",".join(s for s in SECTIONS if not (args.quick and s in NOT_QUICK))
     unknown = set(args.only.split(",")) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
@@ -116,6 +136,8 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         "due_probes",
         "memory_jobs",
         "browse_jobs",
+        "cpu_jobs",
+        "io_per_slot",
     )
     for name in names:
         value = getattr(args, name)
@@ -164,6 +186,9 @@ def _x(a: float, b: float) -> str:
 def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
     """The results as Markdown: a header line, then one table of measure | result."""
     from .browser import render as render_browser
+    from .cpu import render as render_cpu
+    from .iobound import render as render_io
+    from .peers import render as render_peers
     from .scenarios import WORKERS_BY_KEY
     from .setups import render as render_setups
     from .verify import render as render_verify
@@ -266,6 +291,14 @@ def render(results: dict[str, Any], sizes: Sizes, env: dict[str, str]) -> str:
             "CPU per job in the memory run: supervisor / work processes / redis-server",
             f"{cpu[0]:.0f} / {cpu[1]:.0f} / {cpu[2]:.0f} µs" if cpu else "n/a (work processes were replaced)",
         )
+    if "cpu" in results:
+        rows += render_cpu(results["cpu"], sizes.cpu_jobs)
+    if "io" in results:
+        rows += render_io(results["io"])
+    if "peers" in results:
+        rows += render_peers(results["peers"], n)
+    if "io" in results or "peers" in results:
+        add("Peers (I/O-bound and no-op runs)", (results.get("peers") or results["io"])["peers"])
     if "browser" in results:
         for measure, result in render_browser(results["browser"]):
             add(measure, result)
@@ -337,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         from redis.utils import HIREDIS_AVAILABLE
 
         call_command("migrate", verbosity=0)
+        from . import cpu, iobound, peers
         from .browser import measure as browse_measure
         from .scenarios import Bench
         from .setups import compare
@@ -374,6 +408,18 @@ def main(argv: list[str] | None = None) -> int:
             bench.enqueue_transaction()
             bench.enqueue_single()
 
+        def peer_side() -> peers.PeerSide:
+            """The peers' virtualenv, built on first use (or why there is none)."""
+            if "peers" not in cache:
+                cache["peers"] = (
+                    peers.PeerSide.build(bench, log)
+                    if args.peers
+                    else peers.PeerSide.none("left out of --quick (name the section in --only to run them)")
+                )
+            return cache["peers"]
+
+        cache: dict[str, peers.PeerSide] = {}
+
         def setups() -> None:
             bench.results["setups"] = compare(bench, env, args.setups.split(","), log)
 
@@ -383,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
             "enqueue": enqueue,
             "latency": bench.latency,
             "memory": bench.memory,
+            "cpu": lambda: bench.results.update(cpu=cpu.measure(bench)),
+            "io": lambda: bench.results.update(io=iobound.measure(bench, peer_side(), sizes.io_per_slot)),
+            "peers": lambda: bench.results.update(peers=peers.measure(bench, peer_side())),
             "browser": lambda: bench.results.update(browser=browse_measure(bench, sizes.browse_jobs)),
             "verify": lambda: bench.results.update(verify=verify_measure(bench)),
             "setups": setups,

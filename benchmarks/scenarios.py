@@ -64,6 +64,8 @@ class Sizes:
     memory_jobs: int = 100_000
     memory_first: int = 1000
     browse_jobs: int = 100_000  # jobs in the browsed queue, and rows in its history
+    cpu_jobs: int = 20_000  # the CPU-per-job drain: large, so start-up's variance shrinks per job
+    io_per_slot: int = 100  # I/O-bound run: jobs per job a runner runs at once
 
 
 PROBE_INTERVAL = 0.02

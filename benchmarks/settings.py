@@ -1,9 +1,7 @@
 """Settings of the benchmark project, configured from the environment by ``benchmarks.run``.
 
 * ``BENCH_REDIS_URL``   the private Redis the harness started (never a shared one);
-* ``BENCH_DB``          ``sqlite`` (default) or ``postgres``;
-* ``BENCH_SQLITE_PATH`` the SQLite file, in the harness's temporary directory;
-* ``BENCH_PG_NAME``     the PostgreSQL database (default ``django_jobs_bench``);
+* ``BENCH_DB``, ``BENCH_SQLITE_PATH``, ``BENCH_PG_NAME``  the database (``benchmarks/dbconfig.py``);
 * ``BENCH_DURABILITY``, ``BENCH_SECOND_REDIS_URL``, ``BENCH_HISTORY``  the setup being measured
   (``benchmarks/setups.py``);
 * ``BENCH_FAIRNESS``    set: ``runjobs`` also imports the fairness benchmark's jobs.
@@ -12,11 +10,12 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from importlib.util import find_spec
 from typing import Any
 
 import django
+
+from .dbconfig import database
 
 SECRET_KEY = "benchmarks-only"
 ROOT_URLCONF = "benchmarks.urls"  # the admin, for the job browser's page times
@@ -56,23 +55,7 @@ TEMPLATES = [
     }
 ]
 
-_default: dict[str, Any]
-if os.environ.get("BENCH_DB", "sqlite") == "postgres":
-    _default = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": os.environ.get("BENCH_PG_NAME", "django_jobs_bench"),
-        "USER": os.environ.get("PGUSER", "postgres"),
-        "HOST": os.environ.get("PGHOST", "127.0.0.1"),
-        "PORT": os.environ.get("PGPORT", "5432"),
-    }
-else:
-    _default = {
-        "ENGINE": "django.db.backends.sqlite3",
-        "NAME": os.environ.get("BENCH_SQLITE_PATH", os.path.join(tempfile.gettempdir(), "bench.sqlite3")),
-        # Several work processes write: take the write lock at BEGIN and wait for it.
-        "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 30},
-    }
-DATABASES = {"default": _default}
+DATABASES = {"default": database()}
 
 REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6385/0")
 RQ_QUEUES = {"default": {"URL": REDIS_URL, "SERIALIZER": "rq.serializers.JSONSerializer"}}

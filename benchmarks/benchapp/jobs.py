@@ -7,6 +7,7 @@ import time
 
 from django_jobs import idempotent, job
 
+from .. import stamp
 from .models import Write
 
 
@@ -50,3 +51,25 @@ def verify_subject(key: str) -> None:
     for n in range(48):
         Write.objects.filter(n=n).exists()
     write_once(key, 1)
+
+
+# The I/O and peer runs: every runner (django_jobs here, the peers in benchmarks/peerside) wraps the
+# same bodies, which stamp a file the harness counts.
+
+
+@job(name="bench.stamp", timeout=30)
+def stamp_noop(n: int, path: str) -> None:
+    """A no-op that stamps its start and end (the peers' no-op drain)."""
+    stamp.noop(n, path)
+
+
+@job(name="bench.wait", timeout=30)
+def wait(n: int, path: str) -> None:
+    """Waits 50 ms with ``time.sleep``, then stamps."""
+    stamp.wait(n, path)
+
+
+@job(name="bench.wait_async", timeout=30)
+async def wait_async(n: int, path: str) -> None:
+    """Waits 50 ms with ``asyncio.sleep``, then stamps."""
+    await stamp.wait_async(n, path)
