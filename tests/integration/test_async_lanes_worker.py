@@ -150,7 +150,9 @@ def test_a_lane_whose_lease_is_taken_back_is_stopped_and_never_runs_twice_at_onc
     redis_db.zadd("djjobs:lost", {token: 0})
     wait_for(lambda: "was taken back; stopping its attempt" in worker.output(), timeout=15)
     wait_for(lambda: ends("fenced") and ends("beside"), timeout=40)
-    first = float(SideEffect.objects.filter(key__startswith="attempt:fenced|").order_by("id")[0].key.split("|")[2])
+    first = float(
+        SideEffect.objects.filter(key__startswith="attempt:fenced|").order_by("id")[0].key.split("|")[2]
+    )
     time.sleep(max(0.0, first + 6 - time.time()))
     assert len(ends("fenced")) == 1  # the fenced attempt was stopped: it never finished beside the next
     assert len(ends("beside")) == 1
