@@ -176,3 +176,39 @@ def test_a_work_process_killed_while_lanes_run_loses_nothing(runjobs, redis_db):
     assert not DeadLetter.objects.exists()
     assert worker.terminate() == 0, worker.output()
     audited(redis_db)
+
+
+def test_an_async_django_task_runs_in_a_lane_beside_async_jobs(runjobs, redis_db):
+    from tests.testapp import tasks
+
+    worker = runjobs("--async-jobs", "3")
+    jobs.async_nap.enqueue("beside", 1.5)
+    wait_for(lambda: attempts("beside"))
+    result = tasks.async_add.enqueue(4, 5)
+
+    def finished() -> bool:
+        result.refresh()
+        return result.is_finished
+
+    wait_for(finished, timeout=20)
+    assert result.return_value == {"sum": 9, "attempt": 1}
+    assert not ends("beside")  # it ran while the nap still ran in another lane
+    wait_for(lambda: ends("beside"))
+    assert worker.terminate() == 0, worker.output()
+    audited(redis_db)
+
+
+def test_sigterm_lets_running_lanes_finish_and_burst_waits_for_them(runjobs, redis_db):
+    keys = [f"t{i}" for i in range(3)]
+    for key in keys:
+        jobs.async_nap.enqueue(key, 1.5)
+    worker = runjobs("--async-jobs", "3")
+    wait_for(lambda: all(attempts(key) for key in keys))
+    assert worker.terminate() == 0, worker.output()
+    assert all(len(ends(key)) == 1 and attempts(key) == [1] for key in keys)
+    for key in ("u0", "u1"):
+        jobs.async_nap.enqueue(key, 1.5)
+    burst = runjobs("--async-jobs", "3", "--burst", "--burst-wait", "0")
+    assert burst.proc.wait(30) == 0, burst.output()  # it exits only once no lane holds a job
+    assert all(len(ends(key)) == 1 for key in ("u0", "u1"))
+    audited(redis_db)
