@@ -37,9 +37,13 @@ def build_supervisor(
         raise ConfigurationError(f"--burst-wait must be a finite number at least 0, got {burst_wait:g}.")
     if concurrency < 1:
         raise ConfigurationError(f"--concurrency must be at least 1, got {concurrency}.")
-    lanes = jobs_settings.ASYNC_JOBS if async_jobs is None else async_jobs
+    try:
+        lanes = jobs_settings.ASYNC_JOBS if async_jobs is None else async_jobs
+    except (TypeError, ValueError) as exc:  # what manage.py check reports as E036
+        raise ConfigurationError(f"JOBS['ASYNC_JOBS'] cannot be read: {exc}") from None
     if not 1 <= lanes <= MAX_ASYNC_JOBS:
-        raise ConfigurationError(f"--async-jobs must be from 1 to {MAX_ASYNC_JOBS}, got {lanes}.")
+        given = "JOBS['ASYNC_JOBS']" if async_jobs is None else "--async-jobs"
+        raise ConfigurationError(f"{given} must be from 1 to {MAX_ASYNC_JOBS}, got {lanes}.")
     timeout = WORKER_SOCKET_TIMEOUT if len(groups) == 1 else SHARDED_SOCKET_TIMEOUT
     servers = [
         Server(
