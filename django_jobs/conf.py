@@ -58,6 +58,10 @@ class JobsSettings:
     CANCEL_GRACE: float = 10
     # Seconds runjobs waits for the running jobs to finish after SIGTERM before handing them back.
     SHUTDOWN_GRACE: float = 25
+    # How many async def jobs each work process runs at once, on its one event loop (runjobs
+    # --async-jobs overrides it). 1: one job at a time, sync or async, as ever; sync jobs always run
+    # one at a time per process (docs/explanation/async-jobs.md).
+    ASYNC_JOBS: int = 1
     # How often a job may snooze (raise or return Snooze) in all before the next snooze dead-letters it
     # (reason "snoozed"); a job's own @job(max_snoozes=...) overrides it.
     MAX_SNOOZES: int = 100
@@ -134,7 +138,9 @@ _DEFAULT = JobsSettings()
 DEFAULTS: dict[str, Any] = {name: getattr(_DEFAULT, name) for name in _FIELDS}
 
 #: Settings with a check of their own, which the generic numeric check leaves alone.
-COUNTS = ("MAX_SNOOZES",)
+COUNTS = ("MAX_SNOOZES", "ASYNC_JOBS")
+#: More async jobs at once in one work process than this is a typo, not a plan: each is a thread.
+MAX_ASYNC_JOBS = 1000
 
 #: Positive amounts (seconds, bytes, a rate): derived from the fields, so a new one is validated too.
 NUMERIC = [name for name, default in DEFAULTS.items() if type(default) in (int, float) and name not in COUNTS]
@@ -165,6 +171,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     **{name: type(DEFAULTS[name]) for name in (*NUMERIC, "MODE", "LOG_FORMAT", "DEFAULT_DURABILITY")},
     **{name: type(DEFAULTS[name]) for name in ("DEFAULT_RETRY", "ALERT_HOOKS", "CRON", "DURABILITY")},
     "MAX_SNOOZES": _count,
+    "ASYNC_JOBS": _count,
     "IMPORT_MODULES": _module_paths,
     "ALLOW_EVICTION": bool,
     "AUDIT_USER": _username,
@@ -291,6 +298,7 @@ def problems() -> list[Problem]:
         *_cron_shape_problems(given),
         *_durability_problems(given),
         *_snooze_problems(given),
+        *_async_jobs_problems(given),
         *_batch_problems(given),
         *_unreadable(given),
     ]
@@ -357,6 +365,15 @@ def _snooze_problems(given: dict[str, Any]) -> list[Problem]:
     msg = f"JOBS['MAX_SNOOZES'] must be a whole number of snoozes, at least 1, got {value!r}."
     hint = f"The default is {DEFAULTS['MAX_SNOOZES']}; a job's own @job(max_snoozes=N) overrides it."
     return [Problem("django_jobs.E025", msg, hint)]
+
+
+def _async_jobs_problems(given: dict[str, Any]) -> list[Problem]:
+    value = given.get("ASYNC_JOBS", DEFAULTS["ASYNC_JOBS"])
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ASYNC_JOBS:
+        return []
+    msg = f"JOBS['ASYNC_JOBS'] must be a whole number from 1 to {MAX_ASYNC_JOBS}, got {value!r}."
+    hint = "1 runs one job at a time per work process; 10 to 50 suits jobs that mostly await I/O."
+    return [Problem("django_jobs.E036", msg, hint)]
 
 
 def _cron_shape_problems(given: dict[str, Any]) -> list[Problem]:

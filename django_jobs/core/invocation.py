@@ -6,8 +6,10 @@ Shared by the worker's attempts and the immediate backend, so a job behaves the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from contextvars import ContextVar
 from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
@@ -17,6 +19,23 @@ from django_jobs.exceptions import JobTimeout, ResultError
 #: An ``async def`` job is cancelled at its timeout on its event loop; the alarm that stops code
 #: blocking the loop fires this much later, and the supervisor's hard kill after that.
 ASYNC_ALARM_MARGIN = 1.0
+
+
+#: How an ``async def`` job's coroutine is run to its end from a synchronous caller.
+Runner = Callable[[Coroutine[Any, Any, Any]], Any]
+#: This thread's runner, if not ``asyncio.run`` (a fresh loop per job): a work process's lane runs
+#: the coroutine on the process's one shared loop instead (``worker.lanes``).
+_runner: ContextVar[Runner | None] = ContextVar("django_jobs_coroutine_runner", default=None)
+
+
+@contextlib.contextmanager
+def coroutines_run_by(runner: Runner) -> Iterator[None]:
+    """Inside the block, ``async def`` jobs called from this thread are run by ``runner``."""
+    reset = _runner.set(runner)
+    try:
+        yield
+    finally:
+        _runner.reset(reset)
 
 
 class Tidy(Protocol):
@@ -44,7 +63,7 @@ def call(
     the calling thread."""
     if not is_async:
         return func(*args, **kwargs)
-    return asyncio.run(_tidied(func, args, kwargs, timeout, tidy))
+    return (_runner.get() or asyncio.run)(_tidied(func, args, kwargs, timeout, tidy))
 
 
 async def _tidied(

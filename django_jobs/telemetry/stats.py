@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -43,6 +44,8 @@ hour_key = keys.stats_hour
 # Work processes add one per job and write them in one pipeline per Redis server at most once a
 # second, so the counters cost no Redis round trip per job. Each count goes to its queue's server.
 _pending: Counter[tuple[str, dt.datetime, str]] = Counter()
+#: A work process's lanes (``async def`` jobs side by side) count outcomes from their own threads.
+_lock = threading.Lock()
 _flushed_at = 0.0
 FLUSH_EVERY = 1.0
 
@@ -65,7 +68,8 @@ def _this_minute() -> dt.datetime:
 def record(job: str, outcome: str, queue: str, now: dt.datetime | None = None) -> None:
     """Count one attempt's outcome (``outcomes.Outcome`` values), to be written by :func:`flush`."""
     minute = _this_minute() if now is None else now.replace(second=0, microsecond=0)
-    _pending[(queue, minute, f"{job}|{outcome}")] += 1
+    with _lock:
+        _pending[(queue, minute, f"{job}|{outcome}")] += 1
 
 
 def flush(where: Callable[[str], Redis | None], *, every: float = FLUSH_EVERY) -> None:
@@ -76,7 +80,9 @@ def flush(where: Callable[[str], Redis | None], *, every: float = FLUSH_EVERY) -
     if not _pending or time.monotonic() - _flushed_at < every:
         return
     servers: dict[int, tuple[Redis, dict[tuple[str, dt.datetime, str], int]]] = {}
-    for item, n in _pending.items():
+    with _lock:
+        pending = list(_pending.items())
+    for item, n in pending:
         try:
             connection = where(item[0])
         except ConfigurationError:  # no queue at all to write to: keep the counts
@@ -89,9 +95,11 @@ def flush(where: Callable[[str], Redis | None], *, every: float = FLUSH_EVERY) -
         except RedisError as exc:
             logger.debug("Outcome counters not written yet: %s", exc)
             continue
-        _pending.subtract(batch)
-    for item in [k for k, v in _pending.items() if v <= 0]:
-        del _pending[item]
+        with _lock:
+            _pending.subtract(batch)
+    with _lock:
+        for item in [k for k, v in _pending.items() if v <= 0]:
+            del _pending[item]
     _flushed_at = time.monotonic()  # a server that failed is tried again in a second, not at every job
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from django_jobs.conf import MAX_ASYNC_JOBS, jobs_settings
 from django_jobs.core.connections import by_server, get_connection, queue_configs
 from django_jobs.exceptions import ConfigurationError
 from django_jobs.worker.process import BURST_WAIT
@@ -24,6 +25,7 @@ def build_supervisor(
     burst: bool = False,
     max_jobs: int = 0,
     burst_wait: float = BURST_WAIT,
+    async_jobs: int | None = None,
 ) -> Supervisor:
     """Check the queues, then build the supervisor that serves them (listed queues come first), one
     set of duties per Redis server they live on."""
@@ -35,6 +37,13 @@ def build_supervisor(
         raise ConfigurationError(f"--burst-wait must be a finite number at least 0, got {burst_wait:g}.")
     if concurrency < 1:
         raise ConfigurationError(f"--concurrency must be at least 1, got {concurrency}.")
+    try:
+        lanes = jobs_settings.ASYNC_JOBS if async_jobs is None else async_jobs
+    except (TypeError, ValueError) as exc:  # what manage.py check reports as E036
+        raise ConfigurationError(f"JOBS['ASYNC_JOBS'] cannot be read: {exc}") from None
+    if not 1 <= lanes <= MAX_ASYNC_JOBS:
+        given = "JOBS['ASYNC_JOBS']" if async_jobs is None else "--async-jobs"
+        raise ConfigurationError(f"{given} must be from 1 to {MAX_ASYNC_JOBS}, got {lanes}.")
     timeout = WORKER_SOCKET_TIMEOUT if len(groups) == 1 else SHARDED_SOCKET_TIMEOUT
     servers = [
         Server(
@@ -44,4 +53,11 @@ def build_supervisor(
         )
         for group in groups
     ]
-    return Supervisor(servers, concurrency=concurrency, burst=burst, max_jobs=max_jobs, burst_wait=burst_wait)
+    return Supervisor(
+        servers,
+        concurrency=concurrency,
+        burst=burst,
+        max_jobs=max_jobs,
+        burst_wait=burst_wait,
+        async_jobs=lanes,
+    )

@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.exceptions import RedisError
 
@@ -40,19 +40,32 @@ _SLOT = struct.Struct("qq")
 
 
 class ClaimBoard:
-    """Shared memory in which one work process posts the claim time of the attempt it runs."""
+    """Shared memory in which one work process posts the claim time of the attempt each of its lanes
+    runs (lane 0: its main thread), and in which its supervisor asks a lane to stop its attempt."""
 
-    def __init__(self) -> None:
-        self._memory = mmap.mmap(-1, _SLOT.size)  # anonymous and shared: it survives fork
+    def __init__(self, lanes: int = 1) -> None:
+        self.lanes = lanes
+        # anonymous and shared: it survives fork. Per lane: its claim, then a cancel request.
+        self._memory = mmap.mmap(-1, _SLOT.size * 2 * lanes)
 
-    def post(self, claimed_ns: int) -> None:
+    def post(self, claimed_ns: int, lane: int = 0) -> None:
         """``claimed_ns``: when the running attempt's claim was sent (``time.monotonic_ns()``); 0: none."""
-        _SLOT.pack_into(self._memory, 0, claimed_ns, claimed_ns)  # twice: a torn read shows as a mismatch
+        # twice: a torn read shows as a mismatch
+        _SLOT.pack_into(self._memory, _SLOT.size * 2 * lane, claimed_ns, claimed_ns)
 
-    def read(self) -> int | None:
+    def read(self, lane: int = 0) -> int | None:
         """The posted claim time, 0 if no attempt runs, None while a write is under way."""
-        first, second = _SLOT.unpack_from(self._memory, 0)
+        first, second = _SLOT.unpack_from(self._memory, _SLOT.size * 2 * lane)
         return int(first) if first == second else None
+
+    def ask_to_stop(self, lane: int, claimed_ns: int) -> None:
+        """The supervisor asks ``lane`` to stop the attempt claimed at ``claimed_ns`` (its cancel)."""
+        _SLOT.pack_into(self._memory, _SLOT.size * (2 * lane + 1), claimed_ns, claimed_ns)
+
+    def stop_asked(self, lane: int) -> int:
+        """The claim time of the attempt ``lane`` was asked to stop; 0 if none (or mid-write)."""
+        first, second = _SLOT.unpack_from(self._memory, _SLOT.size * (2 * lane + 1))
+        return int(first) if first == second else 0
 
     def close(self) -> None:
         self._memory.close()
@@ -60,11 +73,12 @@ class ClaimBoard:
 
 @dataclass
 class Watched:
-    """One work process: its board, how to kill it, and its latest renewal (claim ns, sent ns)."""
+    """One work process: its board, how to kill it, and the latest renewal of each attempt its lanes
+    run (claim ns -> sent ns)."""
 
     board: ClaimBoard
     pidfd: int | None
-    renewal: tuple[int, int] = (0, 0)
+    renewals: dict[int, int] = field(default_factory=dict)
     killed_claim: int = 0
 
 
@@ -133,8 +147,8 @@ class LeaseGuard(_Periodic):
         """A heartbeat sent at ``sent_ns`` renewed the lease of the attempt claimed at ``claimed_ns``."""
         with self._lock:
             watched = self._watched.get(pid)
-            if watched is not None and (watched.renewal[0] != claimed_ns or sent_ns > watched.renewal[1]):
-                watched.renewal = (claimed_ns, sent_ns)
+            if watched is not None and sent_ns > watched.renewals.get(claimed_ns, 0):
+                watched.renewals[claimed_ns] = sent_ns
 
     def killed(self) -> list[Killed]:
         """The attempts killed since the last call."""
@@ -148,20 +162,25 @@ class LeaseGuard(_Periodic):
                 self._check(pid, watched, time.monotonic_ns())
 
     def _check(self, pid: int, watched: Watched, now: int) -> None:
-        claimed = watched.board.read()
-        if not claimed or claimed == watched.killed_claim:
-            return  # idle, completing, mid-write, or already killed
-        renewal_claim, renewal_sent = watched.renewal
-        since = max(claimed, renewal_sent) if renewal_claim == claimed else claimed
-        if now < since + self.allowance_ns:
-            return
+        posted = [watched.board.read(lane) for lane in range(watched.board.lanes)]
+        if len(watched.renewals) > len(posted):  # forget the renewals of attempts that ended
+            watched.renewals = {claim: sent for claim, sent in watched.renewals.items() if claim in posted}
+        for claimed in posted:
+            if not claimed or claimed == watched.killed_claim:
+                continue  # idle, completing, mid-write, or already killed
+            since = max(claimed, watched.renewals.get(claimed, 0))
+            if now >= since + self.allowance_ns:
+                self._kill(pid, watched, claimed, (now - since) / 1e9)
+                return
+
+    def _kill(self, pid: int, watched: Watched, claimed: int, silent_for: float) -> None:
         with contextlib.suppress(ProcessLookupError):
             if watched.pidfd is not None:
                 signal.pidfd_send_signal(watched.pidfd, signal.SIGKILL)
             else:
                 os.kill(pid, signal.SIGKILL)
         watched.killed_claim = claimed
-        self._killed.append(Killed(pid, claimed, (now - since) / 1e9))
+        self._killed.append(Killed(pid, claimed, silent_for))
 
 
 class Heartbeat(_Periodic):

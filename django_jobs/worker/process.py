@@ -1,4 +1,5 @@
-"""The work process: a long-lived child of the supervisor that claims and runs jobs one at a time.
+"""The work process: a long-lived child of the supervisor that claims and runs jobs one at a time
+(with ``JOBS["ASYNC_JOBS"]`` above 1, its ``async def`` jobs side by side in lanes: ``lanes``).
 
 It tells the supervisor over a pipe which job it is running and until when, so the supervisor can
 extend the lease while it runs and hard-kill it if it overruns. A success is completed in the same
@@ -31,6 +32,7 @@ from django_jobs.store import Claimed, Finished, Store, wake_key
 from django_jobs.telemetry import history, stats
 from django_jobs.worker import rerun
 from django_jobs.worker.guard import ClaimBoard
+from django_jobs.worker.lanes import Lanes, is_async
 from django_jobs.worker.protocol import WIRE, Mark, encode_started
 from django_jobs.worker.servers import IDLE_WAIT, Reach, Server, soonest_retry, wait_any
 
@@ -106,6 +108,8 @@ class WorkProcess:
     stopping: bool = False
     board: ClaimBoard | None = None  # where the lease guard reads the running attempt's claim time
     window: rerun.Window | None = None  # while open, a "ledger" job is looked up before it runs
+    async_jobs: int = 1  # above 1: that many lanes run async def jobs side by side (needs a board)
+    lanes: Lanes | None = field(default=None, init=False, repr=False)
     _on_term: Callable[[int, object], None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -115,6 +119,8 @@ class WorkProcess:
         # A plain function, not a bound method: ``signal.signal`` formats the repr of the handler it
         # replaces, and this dataclass's repr (its Redis client's included) would cost every job.
         self._on_term = stop
+        if self.async_jobs > 1 and self.board is not None:
+            self.lanes = Lanes(self.async_jobs, self.report_fd, self.board)
 
     def _report(self, wire: bytes) -> None:
         """Send one report (``protocol``'s wire form) to the supervisor."""
@@ -154,8 +160,12 @@ class WorkProcess:
         parent = os.getppid()
         nonce_base = uuid.uuid4().hex[:12]
         done = 0
+        if self.lanes is not None:
+            self.lanes.start()
         while True:
             stopping = self.stopping or os.getppid() != parent
+            if self._lanes_full(served, f"{nonce_base}{done}c", where):
+                continue
             sent = time.monotonic_ns()  # the lease of what this claims runs from no earlier than now
             got = self._claim(served, stopping, f"{nonce_base}{done}")
             if got is None:
@@ -165,8 +175,11 @@ class WorkProcess:
             one, claimed = got
             if self._ran_before(one, claimed):
                 continue
-            one.finished = self._attempt(one.store, claimed, sent)
             done += 1
+            if self.lanes is not None and is_async(claimed):
+                self.lanes.hand(one.store, claimed, sent)
+            else:
+                one.finished = self._attempt(one.store, claimed, sent)
             stats.flush(where)
             history.flush()
             if self.max_jobs and done >= self.max_jobs:
@@ -205,9 +218,24 @@ class WorkProcess:
         for one in served:
             one.held.claim()  # connects to its Redis and reads what is paused (a failure is left for later)
 
+    def _lanes_full(self, served: Sequence[Served], nonce: str, where: Callable[[str], Redis | None]) -> bool:
+        """With every lane busy, claim nothing (the job could be one more ``async def`` one): complete
+        the main thread's last success, then wait a moment for a lane. True if it waited."""
+        if self.lanes is None or self.lanes.free() is not None:
+            return False
+        if any(one.finished for one in served):
+            self._claim(served, True, nonce)
+            if not any(one.finished for one in served):
+                self._report(_DONE)
+        stats.flush(where)
+        history.flush()
+        self.lanes.wait_free(IDLE_WAIT)
+        return True
+
     def _idle(self, served: Sequence[Served], stopping: bool, where: Callable[[str], Redis | None]) -> bool:
         """No job was claimed: True if this process is done, else wait for one. A completion whose
-        server did not answer keeps the process (and its lease, in the supervisor) until it lands."""
+        server did not answer keeps the process (and its lease, in the supervisor) until it lands;
+        so does a lane's running job."""
         pending = any(one.finished for one in served)
         if not pending:
             self._report(_DONE)
@@ -215,12 +243,14 @@ class WorkProcess:
         # history rows at their usual pace even when idle between jobs (each write is a database
         # write: one per job at a low rate would contend with enqueues for the database), all when stopping
         history.flush(every=0 if stopping else history.FLUSH_EVERY)
+        laned = self.lanes is not None and self.lanes.busy()
         if stopping:
-            if not pending:
+            if not pending and not laned:
                 return True
-            time.sleep(soonest_retry([one.reach for one in served if one.finished]) or 0.05)
+            waiting = [one.reach for one in served if one.finished]
+            time.sleep((soonest_retry(waiting) if waiting else 0.0) or 0.05)
             return False
-        if self.burst and not pending and not self._due_soon(served):
+        if self.burst and not pending and not laned and not self._due_soon(served):
             return True
         self._wait(served)
         return False

@@ -3,6 +3,10 @@
 Both sides use this module only: the work process writes ``encode(message)`` (or the constant bytes
 of a mark), the supervisor feeds what it reads to a ``Reader``. A report is sent per job phase on the
 hot path, so the wire stays what it always was: one letter, or ``S`` and four fields, per line.
+
+A work process with lanes (``worker.lanes``: ``async def`` jobs run side by side) reports each lane's
+attempts too: a lane's line is its number and a colon before the same report (``2:S ...``, ``2:R``),
+read as a :class:`Laned`. The main thread is lane 0 and keeps the bare line, so it pays nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ class Started(NamedTuple):
 Message = Started | Mark
 
 
+class Laned(NamedTuple):
+    """A report about the attempt of lane ``lane`` (at least 1) of a work process."""
+
+    lane: int
+    message: Message
+
+
 class Malformed(ValueError):
     """A line no report reads as; its message is one line, quoting the line's start."""
 
@@ -46,21 +57,40 @@ _MARKS: dict[bytes, Mark] = {bytes(mark): mark for mark in Mark}
 _new = tuple.__new__
 
 
-def encode(message: Message) -> bytes:
+def encode(message: Message | Laned) -> bytes:
     """The line ``message`` is sent as, newline included."""
+    if isinstance(message, Laned):
+        return _prefix(message.lane) + encode(message.message)
     if isinstance(message, Started):
         return encode_started(*message)
     return WIRE[message]
 
 
-def encode_started(token: str, queue: str, deadline: float, claimed_ns: int) -> bytes:
+def encode_started(token: str, queue: str, deadline: float, claimed_ns: int, lane: int = 0) -> bytes:
     """``encode(Started(...))`` without building the tuple: the work process sends one per job."""
-    return f"S {token} {queue} {deadline:.3f} {claimed_ns}\n".encode()
+    line = f"S {token} {queue} {deadline:.3f} {claimed_ns}\n".encode()
+    return _prefix(lane) + line if lane else line
 
 
-def decode(line: bytes) -> Message:
+def _prefix(lane: int) -> bytes:
+    if not isinstance(lane, int) or lane < 1:
+        raise ValueError(f"a lane's number is at least 1, got {lane!r}")
+    return b"%d:" % lane
+
+
+def decode(line: bytes) -> Message | Laned:
     """The report one line (without its newline) carries; ``Malformed`` if it carries none."""
-    return _MARKS.get(line) or _started(line)
+    return _MARKS.get(line) or _other(line)
+
+
+def _other(line: bytes) -> Message | Laned:
+    """A start report, or a lane's report (its number, a colon, then the report)."""
+    if line[:1].isdigit():
+        number, colon, rest = line.partition(b":")
+        if not colon or not number.isdigit() or int(number) < 1 or rest[:1].isdigit():
+            raise Malformed(f"unreadable report {line[:80]!r}")
+        return Laned(int(number), _MARKS.get(rest) or _started(rest))
+    return _started(line)
 
 
 def _started(line: bytes) -> Started:
@@ -82,16 +112,16 @@ class Reader:
     def __init__(self) -> None:
         self.buffer = b""
 
-    def feed(self, data: bytes) -> list[Message | Malformed]:
+    def feed(self, data: bytes) -> list[Message | Laned | Malformed]:
         """The reports in ``data`` (after what was left over), in order; a bad line is a ``Malformed``
         in its place, never raised, so one garbled report costs only itself."""
         *lines, self.buffer = (self.buffer + data).split(b"\n")
-        found: list[Message | Malformed] = []
+        found: list[Message | Laned | Malformed] = []
         for line in lines:
-            message: Message | Malformed | None = _MARKS.get(line)  # most reports: no call
+            message: Message | Laned | Malformed | None = _MARKS.get(line)  # most reports: no call
             if message is None:
                 try:
-                    message = _started(line)
+                    message = _other(line)
                 except Malformed as bad:
                     message = bad
             found.append(message)

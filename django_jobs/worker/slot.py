@@ -7,6 +7,13 @@ it), a failure to settle (and why), or a job to hand back. Events come from the 
 (``protocol``) and from the supervisor's own decisions (a cancel request seen, a kill). Reports read
 after a kill were written before it: the killed states take them in too, so a job whose code
 returned before the kill is still completed.
+
+A work process with lanes (``async def`` jobs side by side, ``JOBS["ASYNC_JOBS"]``) has one slot per
+lane: the process's own slot is lane 0 (its main thread) and holds the others in ``lanes``, each
+with its own state, attempt, deadline and lease, moved by the same table. A kill decided for one
+lane's attempt (its timeout, its cancel grace, its fence) takes the whole process down: every other
+lane is ``FELLED``, and a job whose code was still running there goes back to its queue with its
+attempt given back.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from enum import Enum, StrEnum
 from time import monotonic as _monotonic
 
 from django_jobs.store import split_token
-from django_jobs.worker.protocol import Mark, Reader, Started
+from django_jobs.worker.protocol import Laned, Mark, Reader, Started
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -37,6 +44,7 @@ class State(StrEnum):
     KILLED_COMPLETING = "killed completing"  #: killed once its success was published: still a success
     FENCED = "fenced"  #: killed because its lease was taken back: whoever took it settles the job
     HANDED_BACK = "handed back"  #: killed at the end of the shutdown grace: its job goes back
+    FELLED = "felled"  #: killed for another lane's attempt of its process: its job goes back
     KILLED = "killed"  #: killed holding nothing to settle
     EXITED = "exited"  #: reaped
 
@@ -52,6 +60,7 @@ class Event(StrEnum):
     GRACE_OVER = "outlived its cancel grace"
     FENCE = "lease taken back"
     STOP = "shutdown grace over"
+    FELL = "process killed for another lane"
     EXIT = "exited"
 
 
@@ -69,7 +78,7 @@ class Settlement(Enum):
 
 S, E = State, Event
 _RUNNING = {E.RETURNED: S.RETURNED, E.RAISED: S.RAISED, E.DONE: S.IDLE, E.OVERRAN: S.TIMED_OUT}
-_RUNNING |= {E.FENCE: S.FENCED, E.STOP: S.HANDED_BACK}
+_RUNNING |= {E.FENCE: S.FENCED, E.STOP: S.HANDED_BACK, E.FELL: S.FELLED}
 # Late reports to a killed process: what its code got done before the kill still counts.
 _KILLED = {E.RETURNED: S.KILLED_RETURNED, E.COMPLETING: S.KILLED_COMPLETING, E.DONE: S.KILLED}
 _KILLED |= {E.STARTED: S.RUNNING, E.STOP: S.HANDED_BACK}
@@ -88,10 +97,17 @@ _MOVES: dict[State, dict[Event, State]] = {
     S.KILLED_COMPLETING: {E.COMPLETING: S.KILLED_COMPLETING, E.DONE: S.KILLED, E.STARTED: S.RUNNING},
     S.FENCED: {**dict.fromkeys(_ABSORBED, S.FENCED), E.DONE: S.KILLED},
     S.HANDED_BACK: {**dict.fromkeys(_ABSORBED, S.HANDED_BACK), E.DONE: S.KILLED},
+    # a neighbour's kill: what the code got done before it still counts; a failure being settled
+    # when it fell is handed back (if it was settled, the hand-back is fenced off and changes nothing)
+    S.FELLED: {**_KILLED, E.RAISED: S.FELLED, E.STOP: S.FELLED},
     S.KILLED: {E.STARTED: S.RUNNING, E.DONE: S.KILLED},
 }
 for _state in (S.RETURNED, S.RAISED, S.KILLED_RETURNED):
     _MOVES[_state][E.STOP] = S.HANDED_BACK
+for _state, _fell in ((S.STARTING, S.KILLED), (S.IDLE, S.KILLED), (S.RAISED, S.FELLED)):
+    _MOVES[_state][E.FELL] = _fell
+_MOVES[S.RETURNED][E.FELL] = S.KILLED_RETURNED
+_MOVES[S.COMPLETING][E.FELL] = S.KILLED_COMPLETING
 
 #: Every transition a slot may take: state -> event -> next state. Any other is refused. Every
 #: state but the last may exit.
@@ -116,6 +132,7 @@ SETTLEMENTS: Mapping[State, Settlement] = {
     S.TIMED_OUT: Settlement.TIMEOUT,
     S.CANCEL_KILLED: Settlement.CANCEL,
     S.HANDED_BACK: Settlement.HAND_BACK,
+    S.FELLED: Settlement.HAND_BACK,
 }
 
 # Module names for what each report costs: an enum's attribute is a slower lookup.
@@ -143,6 +160,7 @@ class Slot:
     returned: list[tuple[str, str]] = field(default_factory=list)  # the same, of attempts whose code returned
     raised: list[tuple[str, str]] = field(default_factory=list)  # ... whose code raised, once they ended
     reader: Reader = field(default_factory=Reader)
+    lanes: dict[int, Slot] = field(default_factory=dict)  # lane number (1..) -> its slot, once it reported
 
     @property
     def token(self) -> str | None:
@@ -174,22 +192,46 @@ class Slot:
         """Take in what the process reported; a garbled report is logged in one line and skipped."""
         for message in self.reader.feed(data):
             kind = type(message)
-            if kind is Mark:
-                event, before = _EVENT_OF[message], self.state  # type: ignore[index]
-                if not self.on(event) or self.attempt is None:
-                    continue
-                if event is _RETURNED:  # the job ran: its ledger row can go
-                    self.returned.append((split_token(self.attempt.token), self.attempt.queue))
-                elif event is _DONE:
-                    if before is _RAISED:  # its failure is settled: retried, or dead-lettered
-                        self.raised.append((split_token(self.attempt.token), self.attempt.queue))
-                    self.attempt = None
-            elif kind is Started:
-                if self.on(_STARTED):
-                    self.attempt = message  # type: ignore[assignment]
-                    self.started.append((split_token(message.token), message.queue))  # type: ignore[union-attr]
+            if kind is Mark or kind is Started:
+                self._take(message)  # type: ignore[arg-type]
+            elif kind is Laned:
+                self.lane(message.lane)._take(message.message)  # type: ignore[union-attr]
             else:
                 logger.warning("Work process %d sent an %s; ignored.", self.pid, message)
+
+    def _take(self, message: Mark | Started) -> None:
+        if type(message) is Mark:
+            event, before = _EVENT_OF[message], self.state
+            if not self.on(event) or self.attempt is None:
+                return
+            if event is _RETURNED:  # the job ran: its ledger row can go
+                self.returned.append((split_token(self.attempt.token), self.attempt.queue))
+            elif event is _DONE:
+                if before is _RAISED:  # its failure is settled: retried, or dead-lettered
+                    self.raised.append((split_token(self.attempt.token), self.attempt.queue))
+                self.attempt = None
+        elif self.on(_STARTED):
+            self.attempt = message  # type: ignore[assignment]
+            self.started.append((split_token(message.token), message.queue))  # type: ignore[union-attr]
+
+    def lane(self, number: int) -> Slot:
+        """The slot of lane ``number`` of this process (0: its own), made idle on its first report."""
+        if number == 0:
+            return self
+        found = self.lanes.get(number)
+        if found is None:
+            found = self.lanes[number] = Slot(self.pid, -1, f"{self.name}.{number}", State.IDLE)
+        return found
+
+    def every(self) -> list[Slot]:
+        """This process's slot and those of its lanes, lane 0 first."""
+        return [self, *self.lanes.values()] if self.lanes else [self]
+
+    def fell(self, cause: Slot) -> None:
+        """The process is killed for ``cause``'s attempt: every other lane falls with it."""
+        for other in self.every():
+            if other is not cause and other.can(Event.FELL):
+                other.on(Event.FELL)
 
     @property
     def settlement(self) -> Settlement:

@@ -90,8 +90,11 @@ class Supervisor:
         burst: bool = False,
         max_jobs: int = 0,
         burst_wait: float = BURST_WAIT,
+        async_jobs: int = 1,
     ) -> None:
         self.servers = list(servers)
+        self.async_jobs = async_jobs  # above 1: each work process runs that many lanes of async jobs
+        self.boards: dict[int, ClaimBoard] = {}  # each work process's claim board, by pid
         self.queues = [queue for server in self.servers for queue in server.queues]
         self.concurrency, self.burst, self.max_jobs = concurrency, burst, max_jobs
         self.burst_wait = burst_wait
@@ -142,7 +145,7 @@ class Supervisor:
     def _spawn(self) -> None:
         connections.close_all()  # a child must not share the parent's database sockets
         read_fd, write_fd = os.pipe()
-        board = ClaimBoard()
+        board = ClaimBoard(1 + (self.async_jobs if self.async_jobs > 1 else 0))  # a row per lane
         pid = os.fork()
         if pid == 0:  # the child
             code = 1
@@ -163,6 +166,7 @@ class Supervisor:
                     max_jobs=self.max_jobs,
                     board=board,
                     window=self.window,
+                    async_jobs=self.async_jobs,
                 )
                 work.install_signals()
                 code = work.run()
@@ -174,6 +178,7 @@ class Supervisor:
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         self.guard.add(pid, board)
+        self.boards[pid] = board
         self.slots[pid] = Slot(pid, read_fd, f"{self.hostname}.{pid}")
 
     def _read(self, timeout: float) -> None:
@@ -215,13 +220,15 @@ class Supervisor:
             self._drain(slot)
             self._note_attempts([slot])  # its last reports
             os.close(slot.fd)
+            self.boards.pop(pid, None)
             self._unregister(slot)
             code = os.waitstatus_to_exitcode(status)
-            holding = slot.attempt is not None
-            settlement = slot.settlement
-            slot.on(Event.EXIT)
-            if settlement is not Settlement.NOTHING:
-                self._settle_orphan(slot, settlement)
+            holding = any(lane.attempt is not None for lane in slot.every())
+            for lane in slot.every():  # each lane's attempt, settled by its own state
+                settlement = lane.settlement
+                lane.on(Event.EXIT)
+                if settlement is not Settlement.NOTHING:
+                    self._settle_orphan(lane, settlement)
             recycled = code == RECYCLED and not holding  # it ran its --max-jobs: replaced, like any exit
             if (code != 0 and not recycled) or holding:
                 now = time.monotonic()
@@ -230,7 +237,8 @@ class Supervisor:
                     # A job that kills its process is the job's failure, counted in its own attempts;
                     # only a process dying on its own (a broken start-up) counts toward giving up.
                     self.deaths.append(now)
-                held = f" holding job {slot.token}" if holding else ""
+                tokens = ", ".join(lane.token for lane in slot.every() if lane.token)
+                held = f" holding job {tokens}" if holding else ""
                 logger.warning("Work process %d exited with %s%s", pid, code, held)
             if not self.stopping and (code != 0 or holding or not self.burst):
                 self._respawn()  # in burst mode, a work process that exits 0 found nothing left to run
@@ -320,26 +328,39 @@ class Supervisor:
             return JobTimeout("The job ran past its timeout and was killed.")
         return WorkerLost(f"The work process running the job died (pid {slot.pid}).")
 
-    def _kill(self, slot: Slot, event: Event) -> None:
-        """Take ``event`` (a decision to kill) and SIGKILL the process; its death settles the rest."""
-        slot.on(event)
-        self._signal(slot.pid, signal.SIGKILL)
+    def _kill(self, lane: Slot, event: Event) -> None:
+        """Take ``event`` (a decision to kill) in ``lane`` and SIGKILL its process: every other lane of
+        the process falls with it (``Event.FELL``). Its death settles the rest, lane by lane."""
+        lane.on(event)
+        process = self.slots.get(lane.pid)
+        if process is not None:
+            process.fell(lane)
+        self._signal(lane.pid, signal.SIGKILL)
+
+    def _lanes(self) -> list[Slot]:
+        """Every lane of every work process (most processes have one: their own slot)."""
+        return [lane for slot in self.slots.values() for lane in slot.every()]
 
     def _enforce(self, now: float) -> None:
-        for slot in self.slots.values():
-            attempt = slot.attempt
+        for lane in self._lanes():
+            attempt = lane.attempt
             if (
                 attempt is not None
-                and slot.state in DEADLINED
+                and lane.state in DEADLINED
                 and now > attempt.deadline + jobs_settings.TIMEOUT_GRACE
             ):
-                logger.error("Job %s overran its timeout; killing work process %d", attempt.token, slot.pid)
-                self._kill(slot, Event.OVERRAN)
-            self._enforce_cancel(slot, now)
-            if self.stop_by is not None and now >= self.stop_by and slot.state is not State.HANDED_BACK:
-                if slot.can(Event.STOP):
-                    slot.on(Event.STOP)
-                self._signal(slot.pid, signal.SIGKILL)  # idle ones too: one stuck on Redis never exits
+                logger.error("Job %s overran its timeout; killing work process %d", attempt.token, lane.pid)
+                self._kill(lane, Event.OVERRAN)
+            self._enforce_cancel(lane, now)
+        if self.stop_by is None or now < self.stop_by:
+            return
+        for slot in self.slots.values():
+            if slot.state is State.HANDED_BACK:
+                continue
+            for lane in slot.every():
+                if lane.can(Event.STOP):
+                    lane.on(Event.STOP)
+            self._signal(slot.pid, signal.SIGKILL)  # idle ones too: one stuck on Redis never exits
 
     def _enforce_cancel(self, slot: Slot, now: float) -> None:
         """Kill an attempt still running ``CANCEL_GRACE`` after its supervisor learned of its cancel
@@ -363,7 +384,7 @@ class Supervisor:
         missing lease is only trusted when two heartbeats in a row (a third of a lease apart) find
         the same attempt still running without one.
         """
-        for slot in self.slots.values():
+        for slot in self._lanes():
             if slot.queue not in queues:
                 continue
             missing = slot.state in STOPPABLE and slot.token in gone
@@ -379,7 +400,7 @@ class Supervisor:
         """Hand the attempts that started to the ledger, which settles their rows once they finish, and
         those whose code returned (or raised, once settled), whose rows it deletes at once (if dead-
         lettered). ``slots``: all of them by default."""
-        slots = self.slots.values() if slots is None else slots
+        slots = self._lanes() if slots is None else [lane for slot in slots for lane in slot.every()]
         started = [pair for slot in slots for pair in slot.started]
         returned = [pair for slot in slots for pair in slot.returned]
         raised = [pair for slot in slots for pair in slot.raised]
@@ -403,21 +424,32 @@ class Supervisor:
         self._settle_ran_at = now + (SETTLE_RAN_RETRY if any(failed) else SETTLE_RAN_EVERY)
 
     def _note_cancels(self, requested: set[str]) -> None:
-        """Start the grace of each running attempt a heartbeat found asked to stop."""
-        for slot in self.slots.values():
+        """Start the grace of each running attempt a heartbeat found asked to stop; a lane's is asked
+        on its board to stop its task at once (cancelled on the event loop, its neighbours untouched)."""
+        for slot in self._lanes():
             if slot.state is State.RUNNING and slot.token in requested:
                 slot.on(Event.CANCEL)
+                board = self.boards.get(slot.pid)
+                number = self._lane_number(slot)
+                if number and board is not None and slot.attempt is not None:
+                    board.ask_to_stop(number, slot.attempt.claimed_ns)
                 logger.info(
                     "Job %s was asked to stop; its work process %d is killed in %g s unless it stops first",
                     slot.token, slot.pid, jobs_settings.CANCEL_GRACE,
                 )  # fmt: skip
 
+    def _lane_number(self, lane: Slot) -> int:
+        """The number of ``lane`` in its process (0: the process's own slot)."""
+        process = self.slots.get(lane.pid)
+        found = [n for n, one in (process.lanes.items() if process else ()) if one is lane]
+        return found[0] if found else 0
+
     def _report_kills(self) -> None:
         """Log and count the attempts the lease guard killed (before their slots are reaped)."""
         for killed in self.guard.killed():
             slot = self.slots.get(killed.pid)
-            attempt = slot.attempt if slot is not None else None
-            known = attempt if attempt is not None and attempt.claimed_ns == killed.claimed_ns else None
+            attempts = [lane.attempt for lane in slot.every()] if slot is not None else []
+            known = next((a for a in attempts if a is not None and a.claimed_ns == killed.claimed_ns), None)
             logger.error(
                 "No heartbeat of job %s reached Redis for %.1f s; killed its attempt in process %d "
                 "before its lease could expire, so it never runs twice at once",
@@ -435,7 +467,7 @@ class Supervisor:
         for shard in self.shards:
             shard.heartbeat.publish(
                 (s.pid, s.attempt.token, s.attempt.claimed_ns)
-                for s in self.slots.values()
+                for s in self._lanes()
                 if s.attempt is not None and s.attempt.queue in shard.queues
             )
             for gone in shard.heartbeat.gone():
@@ -459,7 +491,8 @@ class Supervisor:
         with shard.store.connection.pipeline(transaction=False) as pipe:
             for slot in self.slots.values():
                 key = keys.worker_key(slot.name)
-                job_id = split_token(slot.token) if slot.token and slot.queue in shard.queues else ""
+                held = [lane.token for lane in slot.every() if lane.token and lane.queue in shard.queues]
+                job_id = split_token(held[0]) if held else ""
                 pipe.hset(
                     key,
                     mapping={

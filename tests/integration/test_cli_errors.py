@@ -50,6 +50,7 @@ CASES = [
 RUNJOBS = [
     *[("--concurrency", value) for value in ["0", "-2", "x", "100000000", "9" * 30]],
     *[("--max-jobs", value) for value in ["-1", "x", "1.5"]],
+    *[("--async-jobs", value) for value in ["0", "-1", "x", "2.5", "1001"]],
     *[("--metrics-port", value) for value in ["99999", "-1", "x"]],
 ]
 

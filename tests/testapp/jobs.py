@@ -386,6 +386,20 @@ async def async_blocks(key: str) -> None:
     time.sleep(30)
 
 
+@job(name="tests.async_nap", timeout=10, retry=FAST)
+async def async_nap(key: str, seconds: float) -> None:
+    """Awaits ``seconds``; records each attempt's start ("attempt:<key>|<attempt>|<epoch>") and its
+    end ("<key>|<start epoch>|<end epoch>"), so a test sees overlaps, re-runs and attempt counts."""
+    import asyncio
+
+    from django_jobs import current_job
+
+    started, attempt = time.time(), current_job()
+    await SideEffect.objects.acreate(key=f"attempt:{key}|{attempt.attempt if attempt else 0}|{started}")
+    await asyncio.sleep(seconds)
+    await SideEffect.objects.acreate(key=f"{key}|{started}|{time.time()}")
+
+
 FAILOVER = RetryPolicy(max_attempts=10, base=0.05, factor=2, max_delay=0.5)
 
 

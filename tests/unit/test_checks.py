@@ -427,3 +427,19 @@ def test_the_documented_callables_pass_the_checks():
     hooks = [ALERT_HOOK, webhook("http://127.0.0.1:9/alerts")]
     with with_jobs(REDACT="django_jobs.failures.redaction.mask_secrets", ALERT_HOOKS=hooks):
         assert not {"django_jobs.E013", "django_jobs.E035"} & set(ids(run_checks()))
+
+
+@pytest.mark.parametrize("value", [0, -1, 1001, 2.5, "10", True, None])
+def test_e036_async_jobs_is_not_a_whole_number_from_1_to_1000(value):
+    with with_jobs(ASYNC_JOBS=value):
+        message = only(checks.check_settings(), "django_jobs.E036")
+        assert "django_jobs.E009" not in ids(checks.check_settings())  # reported once, under its own id
+    assert "ASYNC_JOBS" in message.msg
+
+
+def test_async_jobs_is_read_as_given_and_is_one_by_default():
+    from django_jobs.conf import jobs_settings
+
+    with with_jobs(ASYNC_JOBS=20):
+        assert ours(checks.check_settings()) == [] and jobs_settings.ASYNC_JOBS == 20
+    assert jobs_settings.ASYNC_JOBS == 1

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis import Redis
 from redis.exceptions import RedisError
 
-from django_jobs.conf import jobs_settings
+from django_jobs.conf import MAX_ASYNC_JOBS, jobs_settings
 from django_jobs.core.connections import cluster_mode
 from django_jobs.exceptions import ConfigurationError
 from django_jobs.management.arguments import real, whole
@@ -59,6 +59,14 @@ class Command(BaseCommand):
             help="Replace each work process by a fresh one after N jobs, to bound memory growth (0: never).",
         )
         parser.add_argument(
+            "--async-jobs",
+            type=whole(1, MAX_ASYNC_JOBS),
+            default=None,
+            metavar="N",
+            help="async def jobs each work process runs at once, on one event loop (default: "
+            "JOBS['ASYNC_JOBS'], 1). Sync jobs still run one at a time per process.",
+        )
+        parser.add_argument(
             "--metrics-port",
             type=whole(0, 65535),
             help="Serve Prometheus metrics of all work processes, combined, on this port (0: any free one).",
@@ -83,6 +91,7 @@ class Command(BaseCommand):
                 burst=options["burst"],
                 burst_wait=options["burst_wait"],
                 max_jobs=options["max_jobs"],
+                async_jobs=options["async_jobs"],
             )
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from exc
