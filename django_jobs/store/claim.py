@@ -8,12 +8,13 @@ import datetime as dt
 import functools
 import json
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 from django_jobs.store import keys
 from django_jobs.store.interface import Packer
 from django_jobs.store.lifecycle import F
-from django_jobs.store.model import PARK_RECHECK, Beat, Claim, Claimed, Finished
+from django_jobs.store.model import PARK_RECHECK, Batch, Beat, Claim, Claimed, Finished
 from django_jobs.store.record import JobRecord, int_field, rq_timestamp, split_token, text
 from django_jobs.store.scripts import INTERFACES, Part, queue_keys
 
@@ -106,6 +107,30 @@ class Claiming(Part):
         ``prioritized``: the queues whose high-priority set may hold jobs (:meth:`claim_state`; None:
         all); another queue's is asked only once its list is empty, which spares a plain claim a command.
         """
+        batch = self.claim_batch(
+            queues, finished=finished, worker_name=worker_name, lease_seconds=lease_seconds, nonce=nonce,
+            finished_ttl=finished_ttl, limits=limits, limit_wait=limit_wait, prioritized=prioritized,
+        )  # fmt: skip
+        return Claim(batch.finished > 0, batch.leased[0] if batch.leased else None, batch.expired)
+
+    def claim_batch(
+        self,
+        queues: Sequence[str],
+        *,
+        finished: Finished | None,
+        worker_name: str,
+        lease_seconds: float,
+        nonce: str,
+        finished_ttl: int,
+        limits: str = "{}",
+        limit_wait: float = 0.5,
+        prioritized: Collection[str] | None = None,
+        want: int = 1,
+        also: Sequence[Finished] = (),
+    ) -> Batch:
+        """:meth:`complete_and_claim` of up to ``want`` jobs, completing ``also`` too (completions
+        without a key's scope): what as many claims one after another would lease, in one round trip.
+        A batch ends early after a job of a ``limit_key``, so the next claim completes one scope."""
         high = "".join("1" if prioritized is None or q in prioritized else "0" for q in queues)
         pack = _claim_packer(tuple(queues), limits, high, limit_wait)
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
@@ -113,26 +138,20 @@ class Claiming(Part):
         done, done_queue, scope = _done(finished)
         call = pack(
             stamp=stamp, finished_ttl=finished_ttl, worker=worker_name, lease_seconds=lease_seconds,
-            nonce=nonce, done=done, done_queue=done_queue, scope=scope,
+            nonce=nonce, want=want, done=done, done_queue=done_queue, scope=scope,
+            also=[_plain(one) for one in also],
         )  # fmt: skip
         reply = script(*call)
-        ok, expired = bool(reply[0]), _expired(queues, reply[1])
+        ok, expired = int(reply[0]), _expired(queues, reply[1])
         while len(reply) == 3:  # it deferred, parked or dropped a batch of jobs: look behind them
             call = pack(
                 stamp=stamp, finished_ttl=finished_ttl, worker=worker_name, lease_seconds=lease_seconds,
-                nonce=nonce, done=None, done_queue=None, scope=None,
+                nonce=nonce, want=want, done=None, done_queue=None, scope=None, also=[],
             )  # fmt: skip
             reply = script(*call)
             expired += _expired(queues, reply[1])
-        if len(reply) == 2:
-            return Claim(ok, None, expired)
-        number, job_id, token_b, flat = reply[2:]
-        fields = _pairs(flat)
-        fields[F.ATTEMPT] = str(int_field(fields, F.ATTEMPT, 0) + 1).encode()  # as the script counted
-        record = JobRecord(job_id.decode(), fields)
-        return Claim(
-            ok, Claimed(queues[int(number) - 1], record.id, token_b.decode(), record, worker_name), expired
-        )
+        leased = tuple(_leased(queues, worker_name, reply[i : i + 4]) for i in range(2, len(reply), 4))
+        return Batch(ok, leased, expired)
 
     def complete(self, finished: Finished, finished_ttl: int) -> bool:
         """Mark one attempt finished, claiming nothing (the hot path completes inside the next claim)."""
@@ -159,17 +178,33 @@ def _heartbeat_packer() -> Packer:
 _Done = tuple[dict[str, Any] | None, dict[str, str] | None, dict[str, str] | None]
 
 
-def _done(finished: Finished | None) -> _Done:
-    """The claim's done, done_queue and scope: the job it completes (its hash, wip set, token and
-    result), and for a job of a key (limit_key) its queue and its scope, where its next job comes from."""
-    if finished is None:
-        return None, None, None
-    done = {
+def _leased(queues: Sequence[str], worker_name: str, item: Sequence[Any]) -> Claimed:
+    """One job a claim leased, from its reply's (queue number, id, token, fields)."""
+    number, job_id, token_b, flat = item
+    fields = _pairs(flat)
+    fields[F.ATTEMPT] = str(int_field(fields, F.ATTEMPT, 0) + 1).encode()  # as the script counted
+    record = JobRecord(job_id.decode(), fields)
+    return Claimed(queues[int(number) - 1], record.id, token_b.decode(), record, worker_name)
+
+
+def _plain(finished: Finished) -> dict[str, Any]:
+    """One of a claim's ``also`` completions: its hash, wip set, token and result."""
+    if finished.scope is not None:
+        raise ValueError(f"job {finished.token} has a key's scope: complete it as the claim's first")
+    return {
         "hash": keys.job_key(split_token(finished.token)),
         "wip": queue_keys(finished.queue)["wip"],
         "token": finished.token,
         "result": finished.result or "",
     }
+
+
+def _done(finished: Finished | None) -> _Done:
+    """The claim's done, done_queue and scope: the job it completes (its hash, wip set, token and
+    result), and for a job of a key (limit_key) its queue and its scope, where its next job comes from."""
+    if finished is None:
+        return None, None, None
+    done = _plain(replace(finished, scope=None))
     if finished.scope is None:
         return done, None, None
     return done, queue_keys(finished.queue), finished.scope.places(finished.queue)

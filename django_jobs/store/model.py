@@ -191,3 +191,12 @@ class Claim(NamedTuple):
     completed: bool
     claimed: Claimed | None
     expired: tuple[Claimed, ...] = ()
+
+
+class Batch(NamedTuple):
+    """What one claim of several jobs did: how many of its completions found their lease, the jobs
+    it leased (in the order single claims would have), and the jobs it dropped because they expired."""
+
+    finished: int
+    leased: tuple[Claimed, ...]
+    expired: tuple[Claimed, ...] = ()

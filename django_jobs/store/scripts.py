@@ -102,11 +102,14 @@ INTERFACES = {
                 "backoff",
                 "prefix",
                 "recheck",
+                "want",
             ),
             groups=(
                 Group("queue", Times.MANY, keys=QUEUE, args=("name", "prioritized")),
                 Group("limited", Times.MANY, keys=("key",)),
                 Group("done", Times.MAYBE, keys=("hash", "wip"), args=("token", "result")),
+                # a batch's other completions, without a scope
+                Group("also", Times.MANY, keys=("hash", "wip"), args=("token", "result")),
                 Group("done_queue", Times.MAYBE, keys=QUEUE),  # with scope only: where its next job goes
                 SCOPE,
             ),

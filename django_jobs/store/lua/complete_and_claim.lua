@@ -21,25 +21,40 @@
 -- job (no expiry, no limits) meets none: every function and table a script makes costs on each call
 -- (a function the more, the more locals it captures), so the gates, and the table of the job they look
 -- at, are made only by a claim that pops a job with an expiry or limits, and the lease is inline.
--- Returns {finished_ok, expired, queue number, id, token, fields} (fields as they were before the
--- claim), {finished_ok, expired, 'deferred'} after a batch of jobs the gates stopped, or
--- {finished_ok, expired}; expired is {queue number, id, fields, ...} of each job it dropped because it
--- expired, or false (nil to the caller) when none did.
+-- Up to want jobs are leased, in the order as many claims one after another would take them; a batch
+-- ends early after a job of a scope (limit_key). Returns {finished, expired, then per leased job: queue
+-- number, id, token, fields} (fields as they were before the claim), or {finished, expired,
+-- 'deferred'} when none was leased and a batch of jobs the gates stopped ended the script; finished
+-- counts the completions that found their lease; expired is {queue number, id, fields, ...} of each
+-- job it dropped because it expired, or false (nil to the caller) when none did.
 ${NOW}
 ${FAIR_MADE}
 local finished = 0
-if done and redis.call('ZREM', leases, done.token) == 1 then
-  finished = 1
-  redis.call('ZREM', done.wip, done.token)
-  redis.call('HSET', done.hash, '${F_STATUS}', '${FINISHED}', '${F_ENDED_AT}', stamp)
-  if done.result ~= '' then redis.call('HSET', done.hash, '${F_RESULT}', done.result) end
-  redis.call('EXPIRE', done.hash, finished_ttl)
-  if scope then  -- a broken key of its scope must not undo a completion: maintenance wakes instead
-    pcall(fair().next_turn, leases, lost, scope, cjson.decode(scope.limits), done_queue, done.token)
+-- done first (the one completion that may have a scope), then each of also (plain ones, of a batch)
+for i = done and 0 or 1, also_count do
+  local d = i == 0 and done or also(i)
+  if redis.call('ZREM', leases, d.token) == 1 then
+    finished = finished + 1
+    redis.call('ZREM', d.wip, d.token)
+    redis.call('HSET', d.hash, '${F_STATUS}', '${FINISHED}', '${F_ENDED_AT}', stamp)
+    if d.result ~= '' then redis.call('HSET', d.hash, '${F_RESULT}', d.result) end
+    redis.call('EXPIRE', d.hash, finished_ttl)
+    if i == 0 and scope then  -- a broken key of its scope must not undo a completion: maintenance wakes
+      pcall(fair().next_turn, leases, lost, scope, cjson.decode(scope.limits), done_queue, done.token)
+    end
   end
 end
 local limited_by = limits ~= '{}' and cjson.decode(limits)  -- the plain path: nothing to decode
 local expired = false  -- a table once a job expired: the plain path builds none
+
+-- The jobs leased so far, four items each (queue number, id, token, fields), and the reply that
+-- carries them.
+local got, batch_size = {}, 4 * tonumber(want)
+local function reply(leased)
+  local out = {finished, expired}
+  for i = 1, #leased do out[i + 2] = leased[i] end
+  return out
+end
 
 -- Where the id in hand was popped from, and its score there (nil: the list), for put_back.
 local source, score
@@ -165,17 +180,21 @@ ${GATES}
         redis.pcall('ZADD', q.wip, '+inf', token)  -- RQ's registry: for its tools only
         if job and job.slots and job.limit.concurrency > 0 then redis.pcall('ZADD', job.slots, now, token) end
         if job and job.turn then redis.pcall('HDEL', key, '${F_LINE}', '${F_TURN}') end  -- its turn came
-        return {finished, expired, n, id, token, fields}
-      end
-      stops[stop] = stops[stop] + 1
-      if stop == '${STOP_DROPPED}' then
-        expired = expired or {}
-        local e = #expired
-        expired[e + 1], expired[e + 2], expired[e + 3] = n, id, fields
-      end
-      -- a batch of stopped jobs ends this script; the caller claims again, behind them
-      if stops.${STOP_PARKED} >= 100 or stops.${STOP_DEFERRED} + stops.${STOP_DROPPED} >= 20 then
-        return {finished, expired, 'deferred'}
+        local g = #got
+        got[g + 1], got[g + 2], got[g + 3], got[g + 4] = n, id, token, fields
+        -- a batch ends at its size, or after a job of a scope (so a completion carries one scope)
+        if g + 4 >= batch_size or (job and job.scope) then return reply(got) end
+      else
+        stops[stop] = stops[stop] + 1
+        if stop == '${STOP_DROPPED}' then
+          expired = expired or {}
+          local e = #expired
+          expired[e + 1], expired[e + 2], expired[e + 3] = n, id, fields
+        end
+        -- a batch of stopped jobs ends this script; the caller claims again, behind them
+        if stops.${STOP_PARKED} >= 100 or stops.${STOP_DEFERRED} + stops.${STOP_DROPPED} >= 20 then
+          return #got > 0 and reply(got) or {finished, expired, 'deferred'}
+        end
       end
     else
       -- its hash is gone (evicted, deleted): nothing to run, but never dropped without a trace
@@ -184,4 +203,4 @@ ${GATES}
     id = take(q)
   end
 end
-return {finished, expired}
+return reply(got)
