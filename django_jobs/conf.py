@@ -62,6 +62,9 @@ class JobsSettings:
     # --async-jobs overrides it). 1: one job at a time, sync or async, as ever; sync jobs always run
     # one at a time per process (docs/explanation/async-jobs.md).
     ASYNC_JOBS: int = 1
+    # The most jobs one claim leases for a work process when its queue has a backlog of short jobs
+    # (a batch holds about 20 ms of them: a job that takes longer is claimed alone). 1: no batches.
+    CLAIM_BATCH: int = 10
     # How often a job may snooze (raise or return Snooze) in all before the next snooze dead-letters it
     # (reason "snoozed"); a job's own @job(max_snoozes=...) overrides it.
     MAX_SNOOZES: int = 100
@@ -138,9 +141,12 @@ _DEFAULT = JobsSettings()
 DEFAULTS: dict[str, Any] = {name: getattr(_DEFAULT, name) for name in _FIELDS}
 
 #: Settings with a check of their own, which the generic numeric check leaves alone.
-COUNTS = ("MAX_SNOOZES", "ASYNC_JOBS")
+COUNTS = ("MAX_SNOOZES", "ASYNC_JOBS", "CLAIM_BATCH")
 #: More async jobs at once in one work process than this is a typo, not a plan: each is a thread.
 MAX_ASYNC_JOBS = 1000
+#: A batch past this would hold jobs back from other work processes for no gain: the round trip it
+#: saves is already a few percent of each job.
+MAX_CLAIM_BATCH = 100
 
 #: Positive amounts (seconds, bytes, a rate): derived from the fields, so a new one is validated too.
 NUMERIC = [name for name, default in DEFAULTS.items() if type(default) in (int, float) and name not in COUNTS]
@@ -172,6 +178,7 @@ _COERCE: dict[str, Callable[[Any], Any]] = {
     **{name: type(DEFAULTS[name]) for name in ("DEFAULT_RETRY", "ALERT_HOOKS", "CRON", "DURABILITY")},
     "MAX_SNOOZES": _count,
     "ASYNC_JOBS": _count,
+    "CLAIM_BATCH": _count,
     "IMPORT_MODULES": _module_paths,
     "ALLOW_EVICTION": bool,
     "AUDIT_USER": _username,
@@ -299,6 +306,7 @@ def problems() -> list[Problem]:
         *_durability_problems(given),
         *_snooze_problems(given),
         *_async_jobs_problems(given),
+        *_claim_batch_problems(given),
         *_batch_problems(given),
         *_unreadable(given),
     ]
@@ -374,6 +382,15 @@ def _async_jobs_problems(given: dict[str, Any]) -> list[Problem]:
     msg = f"JOBS['ASYNC_JOBS'] must be a whole number from 1 to {MAX_ASYNC_JOBS}, got {value!r}."
     hint = "1 runs one job at a time per work process; 10 to 50 suits jobs that mostly await I/O."
     return [Problem("django_jobs.E036", msg, hint)]
+
+
+def _claim_batch_problems(given: dict[str, Any]) -> list[Problem]:
+    value = given.get("CLAIM_BATCH", DEFAULTS["CLAIM_BATCH"])
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_CLAIM_BATCH:
+        return []
+    msg = f"JOBS['CLAIM_BATCH'] must be a whole number from 1 to {MAX_CLAIM_BATCH}, got {value!r}."
+    hint = f"The default is {DEFAULTS['CLAIM_BATCH']}; 1 claims one job at a time."
+    return [Problem("django_jobs.E037", msg, hint)]
 
 
 def _cron_shape_problems(given: dict[str, Any]) -> list[Problem]:

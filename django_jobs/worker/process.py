@@ -17,6 +17,7 @@ import os
 import signal
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -30,7 +31,8 @@ from django_jobs.core.outcomes import AttemptEnded
 from django_jobs.flow.pausing import Held, Plan
 from django_jobs.store import Claimed, Finished, Store, wake_key
 from django_jobs.telemetry import history, stats
-from django_jobs.worker import rerun
+from django_jobs.worker import protocol, rerun
+from django_jobs.worker.batching import Pace, split
 from django_jobs.worker.guard import ClaimBoard
 from django_jobs.worker.lanes import Lanes, is_async
 from django_jobs.worker.protocol import WIRE, Mark, encode_started
@@ -51,7 +53,7 @@ DRAINED_PAUSE = 0.02
 _COMPLETE_ONLY = Plan([], "{}", frozenset())
 #: The reports that carry nothing but their kind, as sent: a plain job's cost no encoding.
 _RETURNED, _RAISED = WIRE[Mark.RETURNED], WIRE[Mark.RAISED]
-_COMPLETING, _DONE = WIRE[Mark.COMPLETING], WIRE[Mark.DONE]
+_COMPLETING, _DONE, _LANDED = WIRE[Mark.COMPLETING], WIRE[Mark.DONE], WIRE[Mark.LANDED]
 
 
 def die_with_parent() -> None:
@@ -71,7 +73,7 @@ class Served:
     store: Store
     reach: Reach
     held: Held  # its paused queues and job types, read once a second
-    finished: Finished | None = None
+    finished: list[Finished] = field(default_factory=list)  # its successes the next claim completes
     drained_until: float = 0.0  # while another server keeps the process busy, not asked before this
 
     @property
@@ -110,6 +112,9 @@ class WorkProcess:
     window: rerun.Window | None = None  # while open, a "ledger" job is looked up before it runs
     async_jobs: int = 1  # above 1: that many lanes run async def jobs side by side (needs a board)
     lanes: Lanes | None = field(default=None, init=False, repr=False)
+    pace: Pace = field(default_factory=lambda: Pace(1), init=False, repr=False)
+    queued: deque[tuple[Served, Claimed]] = field(default_factory=deque, init=False, repr=False)
+    batched: bool = field(default=False, init=False, repr=False)  # the supervisor was told of a batch
     _on_term: Callable[[int, object], None] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -121,6 +126,8 @@ class WorkProcess:
         self._on_term = stop
         if self.async_jobs > 1 and self.board is not None:
             self.lanes = Lanes(self.async_jobs, self.report_fd, self.board)
+        else:  # lanes take async jobs one claim at a time: batches are for the main thread alone
+            self.pace = Pace(jobs_settings.CLAIM_BATCH)
 
     def _report(self, wire: bytes) -> None:
         """Send one report (``protocol``'s wire form) to the supervisor."""
@@ -162,24 +169,32 @@ class WorkProcess:
         done = 0
         if self.lanes is not None:
             self.lanes.start()
+        sent = 0
         while True:
             stopping = self.stopping or os.getppid() != parent
-            if self._lanes_full(served, f"{nonce_base}{done}c", where):
-                continue
-            sent = time.monotonic_ns()  # the lease of what this claims runs from no earlier than now
-            got = self._claim(served, stopping, f"{nonce_base}{done}")
-            if got is None:
-                if self._idle(served, stopping, where):
-                    return RECYCLED if self.max_jobs and done >= self.max_jobs else 0
-                continue
-            one, claimed = got
+            if self.queued:  # the next job of the batch in hand: its lease runs from the batch's claim
+                one, claimed = self.queued.popleft()
+            else:
+                if self._lanes_full(served, f"{nonce_base}{done}c", where):
+                    continue
+                sent = time.monotonic_ns()  # the lease of what this claims runs from no earlier than now
+                got = self._claim(served, stopping, f"{nonce_base}{done}", done, sent)
+                if got is None:
+                    if self._idle(served, stopping, where):
+                        return RECYCLED if self.max_jobs and done >= self.max_jobs else 0
+                    continue
+                one, claimed = got
             if self._ran_before(one, claimed):
                 continue
             done += 1
             if self.lanes is not None and is_async(claimed):
                 self.lanes.hand(one.store, claimed, sent)
             else:
-                one.finished = self._attempt(one.store, claimed, sent)
+                began = time.perf_counter()
+                finished = self._attempt(one.store, claimed, sent)
+                self.pace.ran(time.perf_counter() - began)
+                if finished is not None:
+                    one.finished.append(finished)
             stats.flush(where)
             history.flush()
             if self.max_jobs and done >= self.max_jobs:
@@ -255,27 +270,42 @@ class WorkProcess:
         self._wait(served)
         return False
 
-    def _claim(self, served: Sequence[Served], stopping: bool, nonce: str) -> tuple[Served, Claimed] | None:
-        """Complete each server's finished job and claim the next job from the first server that has
-        one, each server in one round trip. Once a job is claimed (or while stopping), later servers
-        are only asked to complete theirs.
+    def _claim(
+        self, served: Sequence[Served], stopping: bool, nonce: str, done: int = 0, sent: int = 0
+    ) -> tuple[Served, Claimed] | None:
+        """Complete each server's finished jobs and claim the next job (or batch: ``batching``; the
+        rest of it is queued here) from the first server that has one, each server in one round trip.
+        Once a job is claimed (or while stopping), later servers are only asked to complete theirs.
+        ``done``: jobs this process ran so far (a batch never takes it past ``--max-jobs``); ``sent``:
+        when this claim was sent (``time.monotonic_ns()``), from which the leases it takes run.
 
         A server found drained is left out of the claims for ``DRAINED_PAUSE`` while another keeps
         this process busy, so it costs a busy process one empty round trip per pause, not one per
         job; when no other server has a job, it is asked again at once, before any idle wait."""
         now = time.monotonic()
+        want = self.pace.want(self.max_jobs - done if self.max_jobs else 0)
         resting = [one for one in served if one.drained_until > now]
-        got = self._ask(served, stopping, nonce, now)
+        got = self._ask(served, stopping, nonce, now, want)
         if got is None and resting and not stopping:
             for one in resting:
                 one.drained_until = 0.0
-            got = self._ask(resting, stopping, nonce, now)
-        return got
+            got = self._ask(resting, stopping, nonce, now, want)
+        if self.batched and not any(one.finished for one in served):
+            self._report(_LANDED)  # the last batch is over: its completions landed
+            self.batched = False
+        if got is None:
+            return None
+        one, leased = got
+        if len(leased) > 1:
+            self._report(b"".join(protocol.encode(protocol.Held(c.token, c.queue, sent)) for c in leased[1:]))
+            self.queued.extend((one, claimed) for claimed in leased[1:])
+            self.batched = True
+        return one, leased[0]
 
     def _ask(
-        self, served: Sequence[Served], stopping: bool, nonce: str, now: float
-    ) -> tuple[Served, Claimed] | None:
-        got: tuple[Served, Claimed] | None = None
+        self, served: Sequence[Served], stopping: bool, nonce: str, now: float, want: int
+    ) -> tuple[Served, tuple[Claimed, ...]] | None:
+        got: tuple[Served, tuple[Claimed, ...]] | None = None
         several = len(self.servers) > 1
         for one in served:
             asking = got is None and not stopping and one.drained_until <= now
@@ -283,24 +313,29 @@ class WorkProcess:
             if not (plan.queues or one.finished) or not one.reach.up():
                 continue
             try:
-                claim = one.store.complete_and_claim(
+                first, also, scoped = split(one.finished)
+                for alone in scoped:  # more than one key's scope: those past the first, one by one
+                    one.store.complete(alone, jobs_settings.FINISHED_TTL)
+                claim = one.store.claim_batch(
                     plan.queues,
-                    finished=one.finished,
+                    finished=first,
                     worker_name=self.name,
                     lease_seconds=jobs_settings.LEASE_SECONDS,
                     nonce=nonce,
                     finished_ttl=jobs_settings.FINISHED_TTL,
                     limits=plan.limits,
                     prioritized=plan.prioritized,
+                    want=want if asking else 1,
+                    also=also,
                 )
             except RedisError as exc:
                 one.reach.failed(exc)
                 continue
-            one.finished = None
+            one.finished = []
             one.reach.ok()
             execution.publish_expired(one.store, claim.expired)
-            if claim.claimed is not None:
-                got = (one, claim.claimed)
+            if claim.leased:
+                got = (one, claim.leased)
             elif several and plan.queues:
                 one.drained_until = now + DRAINED_PAUSE
         return got

@@ -2,7 +2,8 @@
 
 Both sides use this module only: the work process writes ``encode(message)`` (or the constant bytes
 of a mark), the supervisor feeds what it reads to a ``Reader``. A report is sent per job phase on the
-hot path, so the wire stays what it always was: one letter, or ``S`` and four fields, per line.
+hot path, so the wire stays what it always was: one letter, or ``S`` and four fields, per line (and
+per job of a batch that waits its turn, ``H`` and three).
 
 A work process with lanes (``worker.lanes``: ``async def`` jobs run side by side) reports each lane's
 attempts too: a lane's line is its number and a colon before the same report (``2:S ...``, ``2:R``),
@@ -25,6 +26,16 @@ class Mark(bytes, Enum):
     RAISED = b"E"  #: the job's code raised: the process settles the failure itself
     COMPLETING = b"C"  #: the success is completed by the next claim: keep the lease, no deadline
     DONE = b"D"  #: the process holds no attempt (idle, or its completion landed)
+    LANDED = b"L"  #: a batch is over: its completions landed, and it holds none of its jobs but this one
+
+
+class Held(NamedTuple):
+    """The process leased this job in a batch and starts it after the jobs before it: keep its lease,
+    and give it back to its queue (its attempt unspent) if the process dies first."""
+
+    token: str
+    queue: str
+    claimed_ns: int
 
 
 class Started(NamedTuple):
@@ -37,7 +48,7 @@ class Started(NamedTuple):
     claimed_ns: int
 
 
-Message = Started | Mark
+Message = Started | Mark | Held
 
 
 class Laned(NamedTuple):
@@ -63,6 +74,8 @@ def encode(message: Message | Laned) -> bytes:
         return _prefix(message.lane) + encode(message.message)
     if isinstance(message, Started):
         return encode_started(*message)
+    if isinstance(message, Held):
+        return f"H {message.token} {message.queue} {message.claimed_ns}\n".encode()
     return WIRE[message]
 
 
@@ -93,13 +106,17 @@ def _other(line: bytes) -> Message | Laned:
     return _started(line)
 
 
-def _started(line: bytes) -> Started:
+def _started(line: bytes) -> Started | Held:
     try:
-        kind, token, queue, deadline, claimed_ns = line.decode().split(" ")
-        if kind != "S":
-            raise ValueError
-        # tuple.__new__: what Started(...) does, without its Python-level __new__ (one per job)
-        return _new(Started, (token, queue, float(deadline), int(claimed_ns)))
+        kind, token, queue, *rest = line.decode().split(" ")
+        if kind == "S":
+            deadline, claimed_ns = rest
+            # tuple.__new__: what Started(...) does, without its Python-level __new__ (one per job)
+            return _new(Started, (token, queue, float(deadline), int(claimed_ns)))
+        if kind == "H":
+            (held_ns,) = rest
+            return Held(token, queue, int(held_ns))
+        raise ValueError
     except ValueError:  # a wrong field count, a bad number, bytes that are not UTF-8
         raise Malformed(f"unreadable report {line[:80]!r}") from None
 

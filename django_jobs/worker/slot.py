@@ -25,7 +25,7 @@ from enum import Enum, StrEnum
 from time import monotonic as _monotonic
 
 from django_jobs.store import split_token
-from django_jobs.worker.protocol import Laned, Mark, Reader, Started
+from django_jobs.worker.protocol import Held, Laned, Mark, Reader, Started
 
 logger = logging.getLogger("django_jobs.worker")
 
@@ -45,6 +45,7 @@ class State(StrEnum):
     FENCED = "fenced"  #: killed because its lease was taken back: whoever took it settles the job
     HANDED_BACK = "handed back"  #: killed at the end of the shutdown grace: its job goes back
     FELLED = "felled"  #: killed for another lane's attempt of its process: its job goes back
+    LEASED = "leased"  #: claimed in a batch, waiting its turn in the process: its job goes back
     KILLED = "killed"  #: killed holding nothing to settle
     EXITED = "exited"  #: reaped
 
@@ -101,6 +102,7 @@ _MOVES: dict[State, dict[Event, State]] = {
     # when it fell is handed back (if it was settled, the hand-back is fenced off and changes nothing)
     S.FELLED: {**_KILLED, E.RAISED: S.FELLED, E.STOP: S.FELLED},
     S.KILLED: {E.STARTED: S.RUNNING, E.DONE: S.KILLED},
+    S.LEASED: {E.FELL: S.LEASED, E.STOP: S.LEASED},  # started or let go: the slot is dropped instead
 }
 for _state in (S.RETURNED, S.RAISED, S.KILLED_RETURNED):
     _MOVES[_state][E.STOP] = S.HANDED_BACK
@@ -115,6 +117,10 @@ TRANSITIONS: Mapping[State, Mapping[Event, State]] = {
     **{state: {**moves, E.EXIT: S.EXITED} for state, moves in _MOVES.items()},
     S.EXITED: {},
 }
+
+#: Where a slot starts: a work process's own (and a lane's, made IDLE on its first report) forked;
+#: a batch's waiting job's, made by the report that the process holds it (``protocol.Held``).
+INITIAL = (S.STARTING, S.LEASED)
 
 #: The states whose deadline the supervisor enforces: the code runs, or its end is being settled.
 DEADLINED = frozenset({S.RUNNING, S.CANCELLING, S.RETURNED, S.RAISED})
@@ -133,6 +139,7 @@ SETTLEMENTS: Mapping[State, Settlement] = {
     S.CANCEL_KILLED: Settlement.CANCEL,
     S.HANDED_BACK: Settlement.HAND_BACK,
     S.FELLED: Settlement.HAND_BACK,
+    S.LEASED: Settlement.HAND_BACK,
 }
 
 # Module names for what each report costs: an enum's attribute is a slower lookup.
@@ -143,6 +150,14 @@ _EVENT_OF: Mapping[Mark, Event] = {
     Mark.COMPLETING: E.COMPLETING,
     Mark.DONE: E.DONE,
 }
+_LANDED = Mark.LANDED
+#: A success whose completion is still to land: the states a batch's finished job is kept in.
+_COMPLETED = frozenset({S.COMPLETING, S.KILLED_COMPLETING})
+
+
+def _held(held: Held) -> Started:
+    """A batch's waiting job as an attempt: no deadline until it starts."""
+    return Started(held.token, held.queue, float("inf"), held.claimed_ns)
 
 
 @dataclass(slots=True)
@@ -161,6 +176,9 @@ class Slot:
     raised: list[tuple[str, str]] = field(default_factory=list)  # ... whose code raised, once they ended
     reader: Reader = field(default_factory=Reader)
     lanes: dict[int, Slot] = field(default_factory=dict)  # lane number (1..) -> its slot, once it reported
+    # a batch's jobs: those waiting their turn (LEASED), and those done whose success the next claim
+    # completes (COMPLETING), until the process reports the batch over (Mark.LANDED)
+    batch: list[Slot] = field(default_factory=list)
 
     @property
     def token(self) -> str | None:
@@ -192,16 +210,25 @@ class Slot:
         """Take in what the process reported; a garbled report is logged in one line and skipped."""
         for message in self.reader.feed(data):
             kind = type(message)
-            if kind is Mark or kind is Started:
+            if kind is Mark or kind is Started or kind is Held:
                 self._take(message)  # type: ignore[arg-type]
             elif kind is Laned:
                 self.lane(message.lane)._take(message.message)  # type: ignore[union-attr]
             else:
                 logger.warning("Work process %d sent an %s; ignored.", self.pid, message)
 
-    def _take(self, message: Mark | Started) -> None:
-        if type(message) is Mark:
-            event, before = _EVENT_OF[message], self.state
+    def _take(self, message: Mark | Started | Held) -> None:
+        kind = type(message)
+        if kind is Held:
+            self.batch.append(Slot(self.pid, -1, self.name, S.LEASED, attempt=_held(message)))  # type: ignore[arg-type]
+            return
+        if message is _LANDED:  # the batch is over: its completions landed, its other jobs started
+            self.batch.clear()
+            return
+        if self.batch and kind is Started:
+            self._turn(message)  # type: ignore[arg-type]
+        if kind is Mark:
+            event, before = _EVENT_OF[message], self.state  # type: ignore[index]
             if not self.on(event) or self.attempt is None:
                 return
             if event is _RETURNED:  # the job ran: its ledger row can go
@@ -214,6 +241,16 @@ class Slot:
             self.attempt = message  # type: ignore[assignment]
             self.started.append((split_token(message.token), message.queue))  # type: ignore[union-attr]
 
+    def _turn(self, message: Started) -> None:
+        """A job of the batch starts: it no longer waits, and the success before it (if any) waits
+        for the next claim to complete it."""
+        waiting = next((one for one in self.batch if one.token == message.token), None)
+        if waiting is None:
+            return
+        self.batch.remove(waiting)
+        if self.state in _COMPLETED and self.attempt is not None:
+            self.batch.append(Slot(self.pid, -1, self.name, self.state, attempt=self.attempt))
+
     def lane(self, number: int) -> Slot:
         """The slot of lane ``number`` of this process (0: its own), made idle on its first report."""
         if number == 0:
@@ -225,7 +262,9 @@ class Slot:
 
     def every(self) -> list[Slot]:
         """This process's slot and those of its lanes, lane 0 first."""
-        return [self, *self.lanes.values()] if self.lanes else [self]
+        if not (self.lanes or self.batch):
+            return [self]
+        return [self, *self.lanes.values(), *self.batch]
 
     def fell(self, cause: Slot) -> None:
         """The process is killed for ``cause``'s attempt: every other lane falls with it."""

@@ -74,12 +74,12 @@ def test_a_claim_asks_each_server_in_turn_and_completes_each_jobs_success_on_its
     (where, claimed) = claim(one)  # nothing on default: the second server's job
     assert where is one[1] and claimed.id == first.id
     assert execution.run(where.store, claimed).outcome is Outcome.SUCCESS
-    where.finished = Finished(claimed.token, claimed.queue)  # what the next claim completes
+    where.finished = [Finished(claimed.token, claimed.queue)]  # what the next claim completes
     later = jobs.record.enqueue("a1")
     (where, claimed) = claim(one)  # the first server's job, and the second's completion alongside
     assert where is one[0] and claimed.id == later.id
     assert b.hget(f"rq:job:{first.id}", "status") == b"finished" and not b.zcard(LEASES)
-    assert one[1].finished is None
+    assert one[1].finished == []
 
 
 def test_a_drained_server_costs_a_busy_process_one_empty_claim_per_pause_not_one_per_job(
@@ -95,7 +95,7 @@ def test_a_drained_server_costs_a_busy_process_one_empty_claim_per_pause_not_one
         where, claimed = claim(one)
         assert where is one[1]
         ran.append(claimed.id)
-        where.finished = Finished(claimed.token, claimed.queue)
+        where.finished = [Finished(claimed.token, claimed.queue)]
     elapsed = time.monotonic() - started
     empty = b.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) - before
     assert ran == [h.id for h in handles]

@@ -809,3 +809,41 @@ def transfer(key: str, atomic: bool = False) -> None:
         SideEffect.objects.create(key=f"{key}:debit")
     with transaction.atomic():
         SideEffect.objects.create(key=f"{key}:credit")
+
+
+# --- claims in batches ---------------------------------------------------------------------------
+
+
+@job(name="tests.step", timeout=10, retry=FAST)
+def step(key: str) -> None:
+    """A short job that records each attempt's number: a batch's job handed back runs again unspent."""
+    from django_jobs import current_job
+
+    attempt = current_job()
+    assert attempt is not None
+    SideEffect.objects.create(key=f"step:{key}|{attempt.attempt}")
+
+
+@job(name="tests.stall", timeout=30, retry=FAST)
+def stall(key: str, seconds: float) -> None:
+    """Records each attempt's number like ``step``, then stalls ``seconds`` on its first attempt."""
+    from django_jobs import current_job
+
+    attempt = current_job()
+    assert attempt is not None
+    SideEffect.objects.create(key=f"step:{key}|{attempt.attempt}")
+    if attempt.attempt == 1:
+        time.sleep(seconds)
+
+
+@job(name="tests.stall_past_timeout", timeout=1, retry=FAST)
+def stall_past_timeout(key: str) -> None:
+    """``stall`` for 30 s with its soft timeout's signal ignored, past its 1 s timeout: killed."""
+    from django_jobs import current_job
+
+    attempt = current_job()
+    assert attempt is not None
+    SideEffect.objects.create(key=f"step:{key}|{attempt.attempt}")
+    if attempt.attempt == 1:
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        time.sleep(30)

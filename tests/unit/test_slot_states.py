@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from django_jobs.worker.protocol import Mark, Started, encode
-from django_jobs.worker.slot import TRANSITIONS, Event, Settlement, Slot, State
+from django_jobs.worker.slot import INITIAL, TRANSITIONS, Event, Settlement, Slot, State
 
 START = Started("job-1:n0", "default", 1234.5, 987654321)
 
@@ -105,7 +105,7 @@ def test_an_attempt_whose_code_ended_is_not_stopped_again(event):
 
 
 def test_every_state_is_reachable_and_every_state_but_exited_can_exit():
-    reached, frontier = {State.STARTING}, [State.STARTING]
+    reached, frontier = set(INITIAL), list(INITIAL)
     while frontier:
         for target in TRANSITIONS[frontier.pop()].values():
             if target not in reached:

@@ -1,0 +1,82 @@
+"""Claims in batches (``JOBS["CLAIM_BATCH"]``) under a real ``runjobs`` on a real Redis and database:
+a backlog of short jobs is leased several at a time; when the work process dies under one job of a
+batch (a kill, a timeout), the jobs of the batch that had not started go back to their queue without
+spending an attempt, and nothing is lost or run twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from django_jobs import pause, resume
+from django_jobs.store.audit import audit
+from django_jobs.store.lifecycle import F, State
+from django_jobs.store.read import where
+from tests.conftest import wait_for
+from tests.integration.test_async_lanes_worker import work_processes
+from tests.testapp import jobs
+from tests.testapp.models import SideEffect
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def steps(key: str) -> list[int]:
+    """The attempt numbers of the runs of ``step`` (or ``stall``) ``key`` that started, in order."""
+    rows = SideEffect.objects.filter(key__startswith=f"step:{key}|").order_by("id")
+    return [int(row.key.split("|")[1]) for row in rows]
+
+
+def audited(redis_db) -> None:
+    found = audit(redis_db)
+    assert found.ok, "\n".join(str(problem) for problem in found.problems)
+
+
+def test_a_backlog_of_short_jobs_is_leased_in_batches_and_every_job_runs_once(runjobs, redis_db):
+    handles = [jobs.step.enqueue(f"s{n}") for n in range(300)]
+    worker = runjobs("--burst", "--concurrency", "1")
+    assert worker.proc.wait(60) == 0, worker.output()
+    assert all(steps(f"s{n}") == [1] for n in range(300))
+    stamps = {redis_db.hget(f"rq:job:{h.id}", F.STARTED_AT) for h in handles}
+    assert len(stamps) < len(handles) / 2, len(stamps)  # a batch's jobs share their claim's stamp
+    audited(redis_db)
+
+
+def lined_up(runjobs, redis_db, stalled):
+    """A runjobs whose one work process has the pace of short jobs, then a batch of ``stalled``'s job
+    and short jobs behind it, lined up while the queue was paused and released at once. Returns the
+    runjobs, once the batch holds short jobs leased, not started, while its first one stalls."""
+    worker = runjobs("--concurrency", "1")
+    for n in range(5):
+        jobs.step.enqueue(f"warm{n}")
+    wait_for(lambda: all(steps(f"warm{n}") for n in range(5)))
+    pause(queue="default")
+    time.sleep(1.5)  # the work process reads pauses once a second
+    stalled()
+    behind = {f"b{n}": jobs.step.enqueue(f"b{n}").id for n in range(5)}
+    resume(queue="default")
+    wait_for(lambda: steps("stall"))
+    leased = [key for key, job_id in behind.items() if where(redis_db, job_id).state is State.RUNNING]
+    assert leased and not any(steps(key) for key in leased), "no batch held jobs behind the stall"
+    return worker
+
+
+def test_a_batch_whose_process_is_killed_gives_its_unstarted_jobs_back_unspent(runjobs, redis_db):
+    worker = lined_up(runjobs, redis_db, lambda: jobs.stall.enqueue("stall", 30))
+    (process,) = work_processes(worker.proc.pid)
+    os.kill(process, signal.SIGKILL)
+    wait_for(lambda: all(steps(f"b{n}") for n in range(5)) and steps("stall") == [1, 2], timeout=30)
+    assert all(steps(f"b{n}") == [1] for n in range(5))  # handed back: run once, as attempt 1
+    assert worker.terminate() == 0, worker.output()
+    audited(redis_db)
+
+
+def test_a_batch_whose_job_overruns_its_timeout_gives_the_others_back_unspent(runjobs, redis_db):
+    worker = lined_up(runjobs, redis_db, lambda: jobs.stall_past_timeout.enqueue("stall"))
+    wait_for(lambda: all(steps(f"b{n}") for n in range(5)) and steps("stall") == [1, 2], timeout=30)
+    assert "overran its timeout; killing work process" in worker.output()
+    assert all(steps(f"b{n}") == [1] for n in range(5))
+    assert worker.terminate() == 0, worker.output()
+    audited(redis_db)
