@@ -263,31 +263,50 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # --- claim ---------------------------------------------------------------------------------------
 
-    @rule(short=st.booleans(), order=st.permutations(QUEUES))
-    def claim(self, short: bool, order: list[str]) -> None:
-        """One claim, as a work process makes it: what is paused read first, the limits sent along.
-        A short lease stands for a work process killed mid-attempt: its lease expires unrenewed."""
+    @rule(
+        short=st.booleans(),
+        order=st.permutations(QUEUES),
+        want=st.sampled_from([1, 1, 2, 4]),
+        completing=st.integers(0, 3),
+    )
+    def claim(self, short: bool, order: list[str], want: int, completing: int) -> None:
+        """One claim, as a work process makes it: what is paused read first, the limits sent along;
+        ``want`` jobs at most (a batch), completing up to ``completing`` running jobs of no key along
+        (those of a key end through ``complete``). A short lease stands for a work process killed
+        mid-attempt: its lease expires unrenewed."""
         self.let_due_pass()  # "soon" expiries have passed: a popped one must be dropped
         plan = Held(self.store, order).claim()
-        before = {job.id: job.state for job in self.jobs.values()}
-        claim = self.store.complete_and_claim(
+        ending = [job for job in self.in_state(RUNNING) if not job.keyed][:completing]
+        batch = self.store.claim_batch(
             plan.queues, finished=None, worker_name="machine", lease_seconds=SHORT_LEASE if short else LEASE,
             nonce=f"n{next(self.nonces)}", finished_ttl=TTL, limits=plan.limits, prioritized=plan.prioritized,
+            want=want, also=[Finished(job.claimed.token, job.queue) for job in ending if job.claimed],
         )  # fmt: skip
-        execution.publish_expired(self.store, claim.expired)
-        for dropped in claim.expired:
+        assert batch.finished == len(ending), f"{batch.finished} of {ending} completed"
+        for job in ending:
+            job.state, job.claimed, job.short, job.cancel = FINISHED, None, False, False
+        before = {job.id: job.state for job in self.jobs.values()}
+        execution.publish_expired(self.store, batch.expired)
+        for dropped in batch.expired:
             job = self.jobs[dropped.id]
             assert before[job.id] == WAITING and job.attempts == 0 and job.expires, (
                 f"{job} dropped as expired"
             )
             job.state = EXPIRED
-        claimed = claim.claimed
-        if claimed is not None:
+        assert len(batch.leased) <= want
+        for n, claimed in enumerate(batch.leased):
             job = self.jobs[claimed.id]
             assert job.state == WAITING and job.queue in plan.queues, f"claimed {job}"
             job.attempts += 1
             assert claimed.attempt == job.attempts, f"attempt {claimed.attempt}, model {job.attempts}"
             job.state, job.claimed, job.short, job.cancel = RUNNING, claimed, short, False
+            if n + 1 < len(batch.leased):  # a batch ends after a job of a key's scope
+                assert self.scope(claimed) is None, f"the batch went on after {job}"
+        self.check_claim_order(plan, batch.leased)
+
+    def check_claim_order(self, plan: Any, leased: tuple[Claimed, ...]) -> None:
+        """The jobs a claim leased came in the order single claims take them, and none that still
+        waits in the queues it asked comes before the last of them."""
         allowed: dict[str, set[str]] = {}
         for job in self.in_state(WAITING):
             if job.queue in plan.queues:
@@ -296,10 +315,12 @@ class LifecycleMachine(RuleBasedStateMachine):
                 )
         self.reconcile(allowed)
         waiting = [job for job in self.in_state(WAITING) if job.queue in plan.queues]
-        if claimed is None:
+        if not leased:
             assert not waiting, f"nothing claimed, yet these wait: {waiting}"
             return
-        index = plan.queues.index(claimed.queue)
+        ranks = [(plan.queues.index(c.queue), -self.jobs[c.id].priority) for c in leased]
+        assert ranks == sorted(ranks), f"a batch out of order: {leased}"
+        index, claimed = ranks[-1][0], leased[-1]
         for job in waiting:
             assert plan.queues.index(job.queue) >= index, f"claimed from {claimed.queue} before {job}"
             if job.queue == claimed.queue:

@@ -80,3 +80,12 @@ def test_a_batch_whose_job_overruns_its_timeout_gives_the_others_back_unspent(ru
     assert all(steps(f"b{n}") == [1] for n in range(5))
     assert worker.terminate() == 0, worker.output()
     audited(redis_db)
+
+
+def test_the_jobs_a_batch_holds_keep_their_leases_while_a_job_before_them_runs_long(runjobs, redis_db):
+    worker = lined_up(runjobs, redis_db, lambda: jobs.stall.enqueue("stall", 5))  # leases are 3 s here
+    wait_for(lambda: all(steps(f"b{n}") for n in range(5)), timeout=30)
+    assert steps("stall") == [1] and all(steps(f"b{n}") == [1] for n in range(5))  # none reaped as lost
+    assert "outcome=lost" not in worker.output() and "taken back" not in worker.output()
+    assert worker.terminate() == 0, worker.output()
+    audited(redis_db)
