@@ -194,11 +194,26 @@ class WorkProcess:
                 finished = self._attempt(one.store, claimed, sent)
                 self.pace.ran(time.perf_counter() - began)
                 if finished is not None:
-                    one.finished.append(finished)
+                    self._finished(one, finished)
             stats.flush(where)
             history.flush()
             if self.max_jobs and done >= self.max_jobs:
                 self.stopping = True
+
+    def _finished(self, one: Served, finished: Finished) -> None:
+        """Keep a success for the next claim to complete; one with a result, while jobs of its batch
+        are still to run, is completed now: its result dies with the process if a later job of the
+        batch kills it (the supervisor can complete the job, not keep what it returned)."""
+        if finished.result is None or not self.queued:
+            one.finished.append(finished)
+            return
+        try:
+            one.store.complete(finished, jobs_settings.FINISHED_TTL)
+        except RedisError as exc:
+            one.reach.failed(exc)
+            one.finished.append(finished)
+            return
+        self._report(_DONE)  # its completion landed: the supervisor keeps no lease for it
 
     def _answers(self, up: bool) -> None:
         """A server answers again after failing: it may be another one now (a failover), holding jobs

@@ -89,3 +89,19 @@ def test_the_jobs_a_batch_holds_keep_their_leases_while_a_job_before_them_runs_l
     assert "outcome=lost" not in worker.output() and "taken back" not in worker.output()
     assert worker.terminate() == 0, worker.output()
     audited(redis_db)
+
+
+def test_a_result_is_kept_when_a_later_job_of_its_batch_kills_the_process(runjobs, redis_db):
+    worker = runjobs("--concurrency", "1")
+    for n in range(5):
+        jobs.step.enqueue(f"warm{n}")
+    wait_for(lambda: all(steps(f"warm{n}") for n in range(5)))
+    pause(queue="default")
+    time.sleep(1.5)  # the work process reads pauses once a second
+    computed = jobs.compute.enqueue("kept")
+    jobs.kill_always.enqueue("killer")  # takes its work process down on every attempt
+    resume(queue="default")
+    wait_for(lambda: SideEffect.objects.filter(key="attempt:killer").count() >= 2, timeout=30)
+    assert redis_db.hget(f"rq:job:{computed.id}", F.STATUS) == b"finished"
+    assert redis_db.hget(f"rq:job:{computed.id}", F.RESULT) is not None  # completed before the kill
+    worker.kill_tree()
