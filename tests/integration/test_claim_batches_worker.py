@@ -1,7 +1,7 @@
 """Claims in batches (``JOBS["CLAIM_BATCH"]``) under a real ``runjobs`` on a real Redis and database:
 a backlog of short jobs is leased several at a time; when the work process dies under one job of a
-batch (a kill, a timeout), the jobs of the batch that had not started go back to their queue without
-spending an attempt, and nothing is lost or run twice."""
+batch (a kill, a timeout, a lease taken back), the jobs of the batch that had not started go back to
+their queue without spending an attempt, and nothing is lost or run twice."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 import pytest
 
 from django_jobs import pause, resume
+from django_jobs.store import LEASES, LOST
 from django_jobs.store.audit import audit
 from django_jobs.store.lifecycle import F, State
 from django_jobs.store.read import where
@@ -105,3 +106,17 @@ def test_a_result_is_kept_when_a_later_job_of_its_batch_kills_the_process(runjob
     assert redis_db.hget(f"rq:job:{computed.id}", F.STATUS) == b"finished"
     assert redis_db.hget(f"rq:job:{computed.id}", F.RESULT) is not None  # completed before the kill
     worker.kill_tree()
+
+
+def test_a_batch_whose_running_job_loses_its_lease_gives_the_others_back_unspent(runjobs, redis_db):
+    made = {}
+    worker = lined_up(runjobs, redis_db, lambda: made.setdefault("stall", jobs.stall.enqueue("stall", 30)))
+    prefix = made["stall"].id.encode()
+    (token,) = [t for t in redis_db.zrange(LEASES, 0, -1) if t.startswith(prefix)]
+    redis_db.zrem(LEASES, token)  # what another runjobs' reaper does after a long outage
+    redis_db.zadd(LOST, {token: 0})
+    wait_for(lambda: "was taken back; stopping its attempt" in worker.output(), timeout=15)
+    wait_for(lambda: all(steps(f"b{n}") for n in range(5)) and steps("stall") == [1, 2], timeout=30)
+    assert all(steps(f"b{n}") == [1] for n in range(5))  # handed back: run once, as attempt 1
+    assert worker.terminate() == 0, worker.output()
+    audited(redis_db)
