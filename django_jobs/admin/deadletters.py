@@ -35,7 +35,7 @@ from django_jobs.failures import deadletter, redaction, selection
 from django_jobs.flow import pausing
 from django_jobs.models import DeadLetter
 from django_jobs.ops import overview
-from django_jobs.templatetags.django_jobs_admin import dotted, when
+from django_jobs.templatetags.django_jobs_admin import breakable, dotted, when
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -277,7 +277,7 @@ class DeadLetterAdmin(_Base, JobPages, PausePages):
                 row.get("attempt", ""),
                 when(row.get("at")),
                 dotted(row.get("exception", "")),
-                row.get("message", ""),
+                breakable(row.get("message", "")),
             )
             for row in obj.history
             if isinstance(row, dict)

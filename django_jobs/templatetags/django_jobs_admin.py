@@ -1,9 +1,11 @@
 """The dashboard's filters: ``{{ moment|when }}``, the one way it shows a time, in Python and in
-templates alike; ``{{ name|dotted }}``, a dotted name that breaks at its dots, never mid-word."""
+templates alike; ``{{ name|dotted }}``, a dotted name that breaks at its dots, never mid-word; and
+``{{ message|breakable }}``, a message whose URLs and calls break at their punctuation."""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from django import template
 from django.utils import dateformat, formats, timezone
@@ -44,3 +46,15 @@ def dotted(value: str) -> SafeString:
     """``value`` escaped, with a line-break opportunity after each dot: ``billing.jobs.Voided`` wraps
     as ``billing.`` / ``jobs.Voided`` in a narrow column, not inside a word."""
     return mark_safe(str(conditional_escape(value)).replace(".", ".<wbr>"))  # escaped first
+
+
+#: After these a message may wrap: a URL, a host, a call's arguments break at them, not in a word.
+_BREAKS = re.compile(r"(?<=[/.,(=?:])")
+
+
+@register.filter
+def breakable(value: str) -> SafeString:
+    """``value`` escaped, with a line-break opportunity after each ``/ . , ( = ? :``: an error
+    message quoting a URL (``HTTPSConnectionPool(host='api.example.com', ...)``) wraps at its
+    punctuation in a narrow column, not inside a word."""
+    return mark_safe("<wbr>".join(str(conditional_escape(part)) for part in _BREAKS.split(str(value))))
