@@ -29,7 +29,8 @@ def test_snoozes_spend_no_attempt_and_the_cap_holds(runjobs):
     wait_for(lambda: done("patient") == 1 and DeadLetter.objects.exists())
     runs = SideEffect.objects.filter(key__startswith="run:patient:").values_list("key", flat=True)
     assert sorted(runs) == ["run:patient:1"] * 4  # four runs, each of them attempt 1
-    state = get_job(patient.id)
+    # its success is completed by the claim after its batch (CLAIM_BATCH), a moment after its code ran
+    state = wait_for(lambda: (found := get_job(patient.id)).status is Status.FINISHED and found)
     assert (state.status, state.attempts, state.snoozes, state.errors) == (Status.FINISHED, 1, 3, ())
     dead = DeadLetter.objects.get()
     assert (dead.job_id, dead.reason, dead.attempts) == (endless.id, "snoozed", 1)
@@ -52,7 +53,7 @@ def test_a_job_not_started_by_its_expiry_never_runs(runjobs):
     assert done("late") == 0
     state = get_job(late.id)
     assert (state.status, state.expired, state.attempts) == (Status.CANCELED, True, 0)
-    assert get_job(on_time.id).status is Status.FINISHED
+    wait_for(lambda: get_job(on_time.id).status is Status.FINISHED)  # its completion lands just after
     wait_for(lambda: f"job_id={late.id} queue=default attempt=0 outcome=expired" in worker.output())
     assert not DeadLetter.objects.exists()
     assert worker.proc.poll() is None, worker.output()
