@@ -375,22 +375,23 @@ def _snooze_problems(given: dict[str, Any]) -> list[Problem]:
     return [Problem("django_jobs.E025", msg, hint)]
 
 
-def _async_jobs_problems(given: dict[str, Any]) -> list[Problem]:
-    value = given.get("ASYNC_JOBS", DEFAULTS["ASYNC_JOBS"])
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ASYNC_JOBS:
+def _count_problems(given: dict[str, Any], name: str, most: int, check: str, hint: str) -> list[Problem]:
+    """A count setting (``COUNTS``) that must be a whole number from 1 to ``most``."""
+    value = given.get(name, DEFAULTS[name])
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= most:
         return []
-    msg = f"JOBS['ASYNC_JOBS'] must be a whole number from 1 to {MAX_ASYNC_JOBS}, got {value!r}."
+    msg = f"JOBS['{name}'] must be a whole number from 1 to {most}, got {value!r}."
+    return [Problem(check, msg, hint)]
+
+
+def _async_jobs_problems(given: dict[str, Any]) -> list[Problem]:
     hint = "1 runs one job at a time per work process; 10 to 50 suits jobs that mostly await I/O."
-    return [Problem("django_jobs.E036", msg, hint)]
+    return _count_problems(given, "ASYNC_JOBS", MAX_ASYNC_JOBS, "django_jobs.E036", hint)
 
 
 def _claim_batch_problems(given: dict[str, Any]) -> list[Problem]:
-    value = given.get("CLAIM_BATCH", DEFAULTS["CLAIM_BATCH"])
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_CLAIM_BATCH:
-        return []
-    msg = f"JOBS['CLAIM_BATCH'] must be a whole number from 1 to {MAX_CLAIM_BATCH}, got {value!r}."
     hint = f"The default is {DEFAULTS['CLAIM_BATCH']}; 1 claims one job at a time."
-    return [Problem("django_jobs.E037", msg, hint)]
+    return _count_problems(given, "CLAIM_BATCH", MAX_CLAIM_BATCH, "django_jobs.E037", hint)
 
 
 def _cron_shape_problems(given: dict[str, Any]) -> list[Problem]:

@@ -88,29 +88,18 @@ class Claiming(Part):
     """The claim, the completion it carries, and the heartbeat of the leases it gives."""
 
     def complete_and_claim(
-        self,
-        queues: Sequence[str],
-        *,
-        finished: Finished | None,
-        worker_name: str,
-        lease_seconds: float,
-        nonce: str,
-        finished_ttl: int,
-        limits: str = "{}",
-        limit_wait: float = 0.5,
-        prioritized: Collection[str] | None = None,
+        self, queues: Sequence[str], *, finished: Finished | None, **options: Any
     ) -> Claim:
-        """Complete ``finished`` if given, then claim the next job, in one round trip.
+        """Complete ``finished`` if given, then claim the next job, in one round trip; ``options`` are
+        :meth:`claim_batch`'s (``worker_name``, ``lease_seconds``, ``nonce``, ``finished_ttl``,
+        ``limits``, ``limit_wait``, ``prioritized``).
 
         ``limits`` is the JSON of ``registry.limits_json``; a job over its limit is deferred, not
         claimed, and one that expired before it started is dropped, never run (:attr:`Claim.expired`).
         ``prioritized``: the queues whose high-priority set may hold jobs (:meth:`claim_state`; None:
         all); another queue's is asked only once its list is empty, which spares a plain claim a command.
         """
-        batch = self.claim_batch(
-            queues, finished=finished, worker_name=worker_name, lease_seconds=lease_seconds, nonce=nonce,
-            finished_ttl=finished_ttl, limits=limits, limit_wait=limit_wait, prioritized=prioritized,
-        )  # fmt: skip
+        batch = self.claim_batch(queues, finished=finished, **options)
         return Claim(batch.finished > 0, batch.leased[0] if batch.leased else None, batch.expired)
 
     def claim_batch(

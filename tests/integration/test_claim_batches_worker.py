@@ -5,6 +5,7 @@ their queue without spending an attempt, and nothing is lost or run twice."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -45,19 +46,27 @@ def test_a_backlog_of_short_jobs_is_leased_in_batches_and_every_job_runs_once(ru
     audited(redis_db)
 
 
-def lined_up(runjobs, redis_db, stalled):
-    """A runjobs whose one work process has the pace of short jobs, then a batch of ``stalled``'s job
-    and short jobs behind it, lined up while the queue was paused and released at once. Returns the
-    runjobs, once the batch holds short jobs leased, not started, while its first one stalls."""
+@contextlib.contextmanager
+def batched(runjobs):
+    """A runjobs whose one work process has the pace of short jobs; what the block enqueues waits
+    behind a pause and is released at once, so one claim takes it as a batch."""
     worker = runjobs("--concurrency", "1")
     for n in range(5):
         jobs.step.enqueue(f"warm{n}")
     wait_for(lambda: all(steps(f"warm{n}") for n in range(5)))
     pause(queue="default")
     time.sleep(1.5)  # the work process reads pauses once a second
-    stalled()
-    behind = {f"b{n}": jobs.step.enqueue(f"b{n}").id for n in range(5)}
+    yield worker
     resume(queue="default")
+
+
+def lined_up(runjobs, redis_db, stalled):
+    """A runjobs whose one work process has the pace of short jobs, then a batch of ``stalled``'s job
+    and short jobs behind it, lined up while the queue was paused and released at once. Returns the
+    runjobs, once the batch holds short jobs leased, not started, while its first one stalls."""
+    with batched(runjobs) as worker:
+        stalled()
+        behind = {f"b{n}": jobs.step.enqueue(f"b{n}").id for n in range(5)}
     wait_for(lambda: steps("stall"))
     leased = [key for key, job_id in behind.items() if where(redis_db, job_id).state is State.RUNNING]
     assert leased and not any(steps(key) for key in leased), "no batch held jobs behind the stall"
@@ -93,15 +102,9 @@ def test_the_jobs_a_batch_holds_keep_their_leases_while_a_job_before_them_runs_l
 
 
 def test_a_result_is_kept_when_a_later_job_of_its_batch_kills_the_process(runjobs, redis_db):
-    worker = runjobs("--concurrency", "1")
-    for n in range(5):
-        jobs.step.enqueue(f"warm{n}")
-    wait_for(lambda: all(steps(f"warm{n}") for n in range(5)))
-    pause(queue="default")
-    time.sleep(1.5)  # the work process reads pauses once a second
-    computed = jobs.compute.enqueue("kept")
-    jobs.kill_always.enqueue("killer")  # takes its work process down on every attempt
-    resume(queue="default")
+    with batched(runjobs) as worker:
+        computed = jobs.compute.enqueue("kept")
+        jobs.kill_always.enqueue("killer")  # takes its work process down on every attempt
     wait_for(lambda: SideEffect.objects.filter(key="attempt:killer").count() >= 2, timeout=30)
     assert redis_db.hget(f"rq:job:{computed.id}", F.STATUS) == b"finished"
     assert redis_db.hget(f"rq:job:{computed.id}", F.RESULT) is not None  # completed before the kill
