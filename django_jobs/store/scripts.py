@@ -177,6 +177,7 @@ INTERFACES = {
         ),
         Interface("defer", keys=("set",), args=("member", "seconds")),
         Interface("move_aside", keys=("key", "moved"), args=("kind",)),
+        Interface("statuses", groups=(Group("job", Times.MANY, keys=("hash",)),)),
         Interface("parked", args=("most",)),
         # Called by position from outside the store (alerts, replication): their order is theirs.
         Interface(

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -262,10 +262,18 @@ def _dead_lettered(ids: Sequence[str]) -> set[str]:
 
 
 def _drop(ids: Sequence[str]) -> None:
-    """Delete the rows of ``ids`` from every outbox, in bulk."""
+    """Delete the rows of ``ids`` from every outbox, in bulk: one plain ``DELETE ... IN`` per chunk
+    (the ORM's would prepare each id as a lookup value, a third of the supervisor's time per job)."""
+    meta = OutboxEntry._meta
     for alias in outbox_aliases() if ids else ():
-        for chunk in _chunks(ids):
-            OutboxEntry.objects.using(alias).filter(pk__in=chunk).delete()
+        connection = connections[alias]
+        quote = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            for chunk in _chunks(ids):
+                places = ", ".join(["%s"] * len(chunk))
+                cursor.execute(
+                    f"DELETE FROM {quote(meta.db_table)} WHERE {quote(meta.pk.attname)} IN ({places})", chunk
+                )
 
 
 def _delete(done: Iterable[str], queues: dict[str, str]) -> None:
