@@ -64,7 +64,7 @@ class JobsSettings:
     ASYNC_JOBS: int = 1
     # The most jobs one claim leases for a work process when its queue has a backlog of short jobs
     # (a batch holds about 20 ms of them: a job that takes longer is claimed alone). 1: no batches.
-    CLAIM_BATCH: int = 10
+    CLAIM_BATCH: int = 25
     # How often a job may snooze (raise or return Snooze) in all before the next snooze dead-letters it
     # (reason "snoozed"); a job's own @job(max_snoozes=...) overrides it.
     MAX_SNOOZES: int = 100
