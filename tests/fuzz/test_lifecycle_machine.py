@@ -17,7 +17,7 @@ model follows what Redis did. After every step too: no id in two structures, at 
 per key of a ``limit_key`` job holds a lease, and the auditor (``django_jobs.store.audit``) finds
 no problem.
 
-Small in CI: ``JOBS_STATEFUL_EXAMPLES`` (default 10) examples of ``JOBS_STATEFUL_STEPS`` (default
+Small in CI: ``JOBS_STATEFUL_EXAMPLES`` (default 25) examples of ``JOBS_STATEFUL_STEPS`` (default
 30) steps, from a fixed seed. A long run: ``JOBS_STATEFUL_STEPS=2000 JOBS_STATEFUL_EXAMPLES=3``, and
 ``JOBS_STATEFUL_RANDOM=1`` for a new seed each run.
 """
@@ -39,6 +39,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     invariant,
     precondition,
     rule,
@@ -58,7 +59,7 @@ from tests.testapp import jobs
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-EXAMPLES = int(os.environ.get("JOBS_STATEFUL_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("JOBS_STATEFUL_EXAMPLES", "25"))
 STEPS = int(os.environ.get("JOBS_STATEFUL_STEPS", "30"))
 RANDOM = os.environ.get("JOBS_STATEFUL_RANDOM") == "1"
 
@@ -101,8 +102,10 @@ class Model:
     expires: float = 0.0  # local time after which it expires unstarted (0: never in this run)
     claimed: Claimed | None = None  # the running attempt
     short: bool = False  # its lease is one that expires at once
+    lease_until: float = 0.0  # local time by which its short lease has expired
     cancel: bool = False  # its cancel was requested while it ran
     due_in: float = 0.0  # the delay it was enqueued with, as its ledger row keeps it
+    argument: str = ""  # the account it was enqueued with (only a keyed job's is its key)
 
     @property
     def keyed(self) -> bool:
@@ -138,7 +141,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def let_due_pass(self) -> None:
         """Sleep until every "soon" deadline (a due time, an expiry, a short lease) has passed."""
-        deadlines = [max(job.due, job.expires) for job in self.jobs.values()] + [0.0]
+        deadlines = [max(job.due, job.expires, job.lease_until) for job in self.jobs.values()] + [0.0]
         wait = max(deadlines) - time.time()
         if wait > -0.002:
             time.sleep(wait + 0.003)
@@ -235,6 +238,24 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # --- enqueue -------------------------------------------------------------------------------------
 
+    @initialize(
+        backlog=st.lists(
+            st.tuples(
+                st.booleans(),
+                st.sampled_from(QUEUES),
+                st.sampled_from([0, 0, 5, -5]),
+                st.sampled_from(ACCOUNTS),
+            ),
+            min_size=2,
+            max_size=6,
+        )
+    )
+    def backlog(self, backlog: list[tuple[bool, str, int, str]]) -> None:
+        """A few jobs waiting before the first step, so that even a short run claims, ends and loses
+        attempts rather than spending its steps on empty queues."""
+        for keyed, queue, priority, account in backlog:
+            self.enqueue(keyed, queue, priority, 0.0, None, account)
+
     @rule(
         keyed=st.booleans(),
         queue=st.sampled_from(QUEUES),
@@ -257,7 +278,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.jobs[handle.id] = Model(
             handle.id, definition.name, queue, account if keyed else "", priority,
             SCHEDULED if delay else WAITING, due=now + delay if delay == SOON else 0.0,
-            expires=now + expires if expires == SOON else 0.0, due_in=delay,
+            expires=now + expires if expires == SOON else 0.0, due_in=delay, argument=account,
         )  # fmt: skip
         self.reconcile()
 
@@ -300,6 +321,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             job.attempts += 1
             assert claimed.attempt == job.attempts, f"attempt {claimed.attempt}, model {job.attempts}"
             job.state, job.claimed, job.short, job.cancel = RUNNING, claimed, short, False
+            job.lease_until = time.time() + SHORT_LEASE if short else 0.0
             if n + 1 < len(batch.leased):  # a batch ends after a job of a key's scope
                 assert self.scope(claimed) is None, f"the batch went on after {job}"
         self.check_claim_order(plan, batch.leased)
@@ -480,38 +502,26 @@ class LifecycleMachine(RuleBasedStateMachine):
             elif job.state == RUNNING and job.short:
                 job.state = LOST_
 
-    @rule(missed_wakeup=st.booleans())
-    def maintain(self, missed_wakeup: bool) -> None:
+    @rule(missed_wakeup=st.booleans(), settle=st.booleans())
+    def maintain(self, missed_wakeup: bool, settle: bool) -> None:
         """Promote due jobs, reap expired leases into "lost", and wake jobs parked behind their key.
-        ``missed_wakeup``: every line is due for a look now, as if the wake-up an ended attempt owed
-        it was missed; then a key with nothing running or holding its slot must wake its next job."""
+        ``settle``: as runjobs' reaper does, also settle the lost attempts in the same pass (those it
+        reaped now and before): back to the head of their queue (a lost worker is not the job's
+        failure), dead once out of attempts, cancelled if a cancel was asked. ``missed_wakeup``: every
+        line is due for a look now, as if the wake-up an ended attempt owed it was missed; then a key
+        with nothing running or holding its slot must wake its next job, unless its type is paused."""
         self.let_due_pass()
         if missed_wakeup:
             for queue in QUEUES:
                 index = keys.parked_index(queue)
                 for scope in self.client.zrange(index, 0, -1):
                     self.client.zadd(index, {scope: 0})
-        self.store.maintain(QUEUES, registry.limits_json())
+        lost = [job for job in self.jobs.values() if job.state == LOST_ or job.short] if settle else []
+        if settle:
+            self.maintenance.reaper.run()
+        else:
+            self.store.maintain(QUEUES, registry.limits_json())
         self._promoted_and_reaped()
-        self.reconcile(self.wakeable())
-        if missed_wakeup:
-            for account in ACCOUNTS:
-                keyed = [job for job in self.jobs.values() if job.keyed and job.account == account]
-                busy = [job for job in keyed if job.state in (WAITING, RUNNING, LOST_)]
-                lined = [job for job in keyed if job.state == LINED]
-                assert busy or not lined, f"account {account}: nothing runs, yet {lined} stay parked"
-
-    @rule()
-    def settle_lost(self) -> None:
-        """Maintenance's pass: reap and settle the attempts whose lease expired: back to the head of
-        their queue (a lost worker is not the job's failure), dead once out of attempts."""
-        self.let_due_pass()
-        lost = [
-            job for job in self.jobs.values() if job.state == LOST_ or (job.state == RUNNING and job.short)
-        ]
-        self.maintenance.reaper.run()
-        self._promoted_and_reaped()
-        self.reconcile(self.wakeable())
         for job in lost:
             assert job.claimed is not None
             self.zombies.append(job.claimed)
@@ -523,12 +533,18 @@ class LifecycleMachine(RuleBasedStateMachine):
                 job.state = WAITING
             job.claimed, job.short, job.cancel = None, False, False
         self.reconcile(self.wakeable())
+        if missed_wakeup and KEYED.name not in self.paused_types:  # a paused type's lines wait
+            for account in ACCOUNTS:
+                keyed = [job for job in self.jobs.values() if job.keyed and job.account == account]
+                busy = [job for job in keyed if job.state in (WAITING, RUNNING, LOST_)]
+                lined = [job for job in keyed if job.state == LINED]
+                assert busy or not lined, f"account {account}: nothing runs, yet {lined} stay parked"
 
+    @precondition(lambda self: self.in_state(DYING_))
     @rule()
     def finish_dying(self) -> None:
         """Maintenance buries what a dead worker left "dying", once it is three leases old."""
-        if self.in_state(DYING_):
-            time.sleep(3 * jobs_settings.LEASE_SECONDS + 0.005)
+        time.sleep(3 * jobs_settings.LEASE_SECONDS + 0.005)
         self.maintenance.dying.run()
         for job in self.in_state(DYING_):
             job.state = DEAD
@@ -565,6 +581,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         job.state = FOREIGN
         self.reconcile()
 
+    @precondition(lambda self: self.in_state(FOREIGN))
     @rule()
     def reclaim_foreign_failures(self) -> None:
         """runjobs moves what a foreign worker failed into the dead letters, its payload restored."""
@@ -572,7 +589,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         for job in self.in_state(FOREIGN):
             job.state = DEAD
             letter = DeadLetter.objects.get(job_id=job.id)
-            assert letter.reason == DeadLetter.Reason.FOREIGN and letter.args[1] == job.account, letter
+            assert letter.reason == DeadLetter.Reason.FOREIGN and letter.args[1] == job.argument, letter
         self.reconcile()
 
     # --- the ledger ------------------------------------------------------------------------------------
