@@ -187,8 +187,11 @@ class Bench:
     # --- helpers ---------------------------------------------------------------------------------
 
     def _flush(self) -> None:
+        """Every Redis emptied, and the ledger rows of the jobs it held with it (a sweep would push
+        them again; ``verify_crash_safe`` refuses a database whose tables are that big)."""
         for client in self._clients():
             client.flushdb()
+        OutboxEntry.objects.all().delete()
 
     def _noops(self) -> list[Any]:
         """What enqueues ``bench.noop``: to each queue in turn (the job itself with one queue)."""
