@@ -10,6 +10,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,15 @@ def demo(tmp_path: Path, redis_url: str | None) -> subprocess.CompletedProcess[s
     return subprocess.run(
         ["scripts/demo", "--check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
+
+
+def _waited(predicate: Callable[[], object], timeout: float) -> bool:
+    """Whether ``predicate()`` came true within ``timeout`` (so the caller can say what it saw)."""
+    try:
+        wait_for(predicate, timeout=timeout)
+    except AssertionError:
+        return False
+    return True
 
 
 def test_without_redis_url_the_demo_runs_on_a_private_redis(tmp_path: Path):
@@ -110,7 +120,10 @@ def test_ctrl_c_through_a_pipe_stops_everything_and_the_next_run_starts_fresh(tm
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        wait_for(lambda: log.exists() and "The shop is running" in log.read_text(), timeout=120)
+        started = _waited(lambda: log.exists() and "The shop is running" in log.read_text(), timeout=240)
+        assert started, "the demo did not say it was running within 240 s; it printed:\n" + (
+            log.read_text()[-3000:] if log.exists() else "(nothing)"
+        )
     finally:
         os.killpg(piped.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
         piped.wait(60)
