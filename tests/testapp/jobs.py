@@ -836,9 +836,16 @@ def stall(key: str, seconds: float) -> None:
         time.sleep(seconds)
 
 
-@job(name="tests.stall_past_timeout", timeout=1, retry=FAST)
+@job(name="tests.quick", timeout=10, retry=FAST)
+def quick(n: int) -> None:
+    """Does nothing, touching no database: what sets a work process's pace to that of short jobs
+    however slow the machine's disk is at the moment."""
+
+
+@job(name="tests.stall_past_timeout", timeout=3, retry=FAST)
 def stall_past_timeout(key: str) -> None:
-    """``stall`` for 30 s with its soft timeout's signal ignored, past its 1 s timeout: killed."""
+    """``stall`` for 30 s with its soft timeout's signal ignored, past its 3 s timeout: killed (3 s:
+    a loaded machine still sees the jobs of its batch held before the kill)."""
     from django_jobs import current_job
 
     attempt = current_job()
