@@ -13,9 +13,9 @@ import time
 import pytest
 
 from django_jobs import pause, resume
-from django_jobs.store import LEASES, LOST
+from django_jobs.store import LEASES, LOST, job_key
 from django_jobs.store.audit import audit
-from django_jobs.store.lifecycle import F, State
+from django_jobs.store.lifecycle import F, State, Status
 from django_jobs.store.read import where
 from tests.conftest import wait_for
 from tests.integration.test_async_lanes_worker import work_processes
@@ -31,6 +31,9 @@ def steps(key: str) -> list[int]:
     return [int(row.key.split("|")[1]) for row in rows]
 
 
+FINISHED = Status.FINISHED.value.encode()
+
+
 def audited(redis_db) -> None:
     found = audit(redis_db)
     assert found.ok, "\n".join(str(problem) for problem in found.problems)
@@ -41,8 +44,8 @@ def test_a_backlog_of_short_jobs_is_leased_in_batches_and_every_job_runs_once(ru
     handles = [jobs.quick.enqueue(n) for n in range(300)]
     worker = runjobs("--burst", "--concurrency", "1")
     assert worker.proc.wait(60) == 0, worker.output()
-    found = [redis_db.hmget(f"rq:job:{h.id}", [F.STATUS, F.ATTEMPT, F.STARTED_AT]) for h in handles]
-    assert all(status == b"finished" and attempt == b"1" for status, attempt, _ in found)  # one attempt each
+    found = [redis_db.hmget(job_key(h.id), [F.STATUS, F.ATTEMPT, F.STARTED_AT]) for h in handles]
+    assert all(status == FINISHED and attempt == b"1" for status, attempt, _ in found)  # one attempt each
     stamps = {started for _, _, started in found}
     assert len(stamps) < len(handles) / 2, len(stamps)  # a batch's jobs share their claim's stamp
     audited(redis_db)
@@ -54,7 +57,7 @@ def batched(runjobs, redis_db):
     behind a pause and is released at once, so one claim takes it as a batch."""
     worker = runjobs("--concurrency", "1")
     warm = [jobs.quick.enqueue(n).id for n in range(5)]  # no database write: the pace of short jobs
-    wait_for(lambda: all(redis_db.hget(f"rq:job:{job_id}", F.STATUS) == b"finished" for job_id in warm))
+    wait_for(lambda: all(redis_db.hget(job_key(job_id), F.STATUS) == FINISHED for job_id in warm))
     pause(queue="default")
     time.sleep(1.5)  # the work process reads pauses once a second
     yield worker
@@ -107,8 +110,8 @@ def test_a_result_is_kept_when_a_later_job_of_its_batch_kills_the_process(runjob
         computed = jobs.compute.enqueue("kept")
         jobs.kill_always.enqueue("killer")  # takes its work process down on every attempt
     wait_for(lambda: SideEffect.objects.filter(key="attempt:killer").count() >= 2, timeout=30)
-    assert redis_db.hget(f"rq:job:{computed.id}", F.STATUS) == b"finished"
-    assert redis_db.hget(f"rq:job:{computed.id}", F.RESULT) is not None  # completed before the kill
+    assert redis_db.hget(job_key(computed.id), F.STATUS) == FINISHED
+    assert redis_db.hget(job_key(computed.id), F.RESULT) is not None  # completed before the kill
     worker.kill_tree()
 
 
