@@ -9,7 +9,7 @@ import functools
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from django_jobs.store import keys
 from django_jobs.store.interface import Packer
@@ -84,15 +84,26 @@ def _claim_packer(queues: tuple[str, ...], limits: str, prioritized: str, backof
     )  # fmt: skip
 
 
+class ClaimOptions(TypedDict):
+    """What a single claim takes besides its queues and completion (:meth:`Claiming.claim_batch`)."""
+
+    worker_name: str
+    lease_seconds: float
+    nonce: str
+    finished_ttl: int
+    limits: NotRequired[str]
+    limit_wait: NotRequired[float]
+    prioritized: NotRequired[Collection[str] | None]
+
+
 class Claiming(Part):
     """The claim, the completion it carries, and the heartbeat of the leases it gives."""
 
     def complete_and_claim(
-        self, queues: Sequence[str], *, finished: Finished | None, **options: Any
+        self, queues: Sequence[str], *, finished: Finished | None, **options: Unpack[ClaimOptions]
     ) -> Claim:
         """Complete ``finished`` if given, then claim the next job, in one round trip; ``options`` are
-        :meth:`claim_batch`'s (``worker_name``, ``lease_seconds``, ``nonce``, ``finished_ttl``,
-        ``limits``, ``limit_wait``, ``prioritized``).
+        :meth:`claim_batch`'s (:class:`ClaimOptions`).
 
         ``limits`` is the JSON of ``registry.limits_json``; a job over its limit is deferred, not
         claimed, and one that expired before it started is dropped, never run (:attr:`Claim.expired`).

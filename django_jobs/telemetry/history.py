@@ -18,6 +18,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -196,12 +197,16 @@ def _json(errors: Sequence[Any]) -> str:
     return json.dumps(list(errors)) if errors else "[]"  # most jobs failed no attempt
 
 
+#: The columns before the first datetime, which every backend takes as they are.
+_AS_THEY_ARE = itemgetter(*COLUMNS[: COLUMNS.index("enqueued_at")])
+
+
 def _adapted(row: dict[str, Any], adapt: Callable[[Any], Any]) -> tuple[Any, ...]:
     """A row's values as any backend but PostgreSQL takes them, in :data:`COLUMNS` order: its
-    datetimes and its JSON adapted (spelled out: a loop over the names costs a no-op job a microsecond)."""
+    datetimes and its JSON adapted (the leading columns picked in C: a loop costs a job a microsecond)."""
     return (
-        row["job_id"], row["job_name"], row["queue"], row["state"], row["attempts"], row["duration"],
-        adapt(row["enqueued_at"]), adapt(row["ended_at"]), row["worker"], _json(row["errors"]), row["data"],
+        *_AS_THEY_ARE(row), adapt(row["enqueued_at"]), adapt(row["ended_at"]), row["worker"],
+        _json(row["errors"]), row["data"],
     )  # fmt: skip
 
 
