@@ -11,8 +11,11 @@ zero times.
   ``DeadLetter`` row exists) are deleted in bulk. The work process's hot path pays nothing.
 * Sweeping: every ``LEDGER_SWEEP_INTERVAL`` seconds, every pending row older than a second is
   checked: O(pending rows), never O(history). A row whose job is gone from Redis is pushed again; one
-  whose job finished is deleted. A sweep that took long pushes the next one back, so reconciling
-  never takes more than a tenth of the time. A sweep comes at once, and takes the fresh rows too
+  whose job finished is deleted. The rows are walked in id order, a page at a time, and each
+  maintenance pass takes at most ``STEP_SECONDS`` of pages: a backlog of a million rows never holds
+  up the supervisor's loop (the reports it reads, the deadlines it enforces). A sweep that took long
+  pushes the next one back, so reconciling never takes more than a tenth of the time. A sweep comes
+  at once (a walk under way starts over), and takes the fresh rows too
   (their pushes may be lost as well), when the Redis primary changed (another ``run_id`` or
   replication id: a failover or a restart), when its record of the primary is gone (its data was
   flushed, which keeps the identity), and when Redis answers again after an outage.
@@ -23,12 +26,13 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
 from django.db import DatabaseError, connections
-from django.db.models import Q
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -53,11 +57,28 @@ SETTLE_BATCHES = 20
 WATCH_LIMIT = 100_000
 #: A sweep waits at least this many times its own duration before the next one.
 SWEEP_DUTY = 10
+#: Seconds of pages a sweep reads per maintenance pass, at most (plus one page).
+STEP_SECONDS = 0.02
 
 
 def _chunks(items: Sequence[str], size: int = 900) -> Iterable[Sequence[str]]:
     """Under SQLite's older 999-parameter limit."""
     return (items[start : start + size] for start in range(0, len(items), size))
+
+
+@dataclass
+class Walk:
+    """One sweep under way: the rows of ``queues`` created before ``cutoff``, in each outbox of
+    ``aliases`` in turn, in id order from ``after`` on; the queues found ``down`` are left for the
+    next sweep. ``took``: seconds its steps took so far."""
+
+    queues: list[str]
+    cutoff: dt.datetime
+    aliases: list[str]
+    started: float
+    after: str = ""
+    down: set[str] = field(default_factory=set)
+    took: float = 0.0
 
 
 class Ledger:
@@ -80,6 +101,7 @@ class Ledger:
         self.identity: tuple[str, str] | None = None
         self.reachable = True
         self.sweep_at = 0.0  # monotonic; 0: as soon as possible
+        self.walk: Walk | None = None  # the sweep under way, if any
         # whether the next sweep takes rows younger than a second too: the first does (nothing says their
         # pushes landed; pushing a job Redis holds again does nothing)
         self.sweep_fresh = True
@@ -174,47 +196,60 @@ class Ledger:
         self.identity, self.reachable = identity, True
 
     def _sweep_now(self) -> None:
-        """Sweep at the next turn, rows of the last second too: Redis may have lost their pushes (and
-        may hand out again jobs that already ran: ``on_change`` hears of it)."""
-        self.sweep_at, self.sweep_fresh = 0.0, True
+        """Sweep at the next turn, from the first row, rows of the last second too: Redis may have lost
+        their pushes (and may hand out again jobs that already ran: ``on_change`` hears of it)."""
+        self.sweep_at, self.sweep_fresh, self.walk = 0.0, True, None
         self.on_change()
 
     def sweep_if_due(self) -> None:
-        now = time.monotonic()
-        if now < self.sweep_at:
-            return
-        self.sweep_at = now + jobs_settings.LEDGER_SWEEP_INTERVAL  # a failing sweep waits its turn too
-        fresh, self.sweep_fresh = self.sweep_fresh, False
-        self.sweep(fresh)
-        took = time.monotonic() - now
-        self.sweep_at = now + max(jobs_settings.LEDGER_SWEEP_INTERVAL, SWEEP_DUTY * took)
+        """One step of the sweep: the next ``STEP_SECONDS`` of pages of the walk under way, or of a
+        new one once it is due."""
+        if self.walk is None:
+            now = time.monotonic()
+            if now < self.sweep_at:
+                return
+            self.sweep_at = now + jobs_settings.LEDGER_SWEEP_INTERVAL  # a failing sweep waits its turn too
+            fresh, self.sweep_fresh = self.sweep_fresh, False
+            self.walk = self._walk(fresh)
+        self._step(self.walk, STEP_SECONDS)
 
     def sweep(self, fresh: bool = False) -> None:
-        """Reconcile every pending ledger row of this server's queues older than a second (``fresh``:
-        every one) with Redis."""
-        queues = [queue for queue in ledger_queues() if self.owns(queue)]
-        if not queues:
-            return
+        """Reconcile, now and whole, every pending ledger row of this server's queues older than a
+        second (``fresh``: every one) with Redis."""
+        self._step(self._walk(fresh), math.inf)
+
+    def _walk(self, fresh: bool) -> Walk:
         # Fresh rows are still being pushed: pushing one again is harmless (a push of a job Redis
         # holds does nothing), only wasted while Redis lost nothing.
         cutoff = timezone.now() - dt.timedelta(seconds=0 if fresh else 1)
-        for alias in outbox_aliases():
-            self._sweep(alias, queues, cutoff)
+        queues = [queue for queue in ledger_queues() if self.owns(queue)]
+        return Walk(queues, cutoff, outbox_aliases() if queues else [], time.monotonic())
 
-    def _sweep(self, alias: str, queues: list[str], cutoff: dt.datetime) -> None:
-        """Walk the rows in (created_at, id) order, a batch at a time, reading only id and queue."""
-        rows = OutboxEntry.objects.using(alias).filter(queue__in=queues, created_at__lt=cutoff)
-        after: tuple[dt.datetime, str] | None = None
-        down: set[str] = set()
-        while True:
-            page = rows.exclude(queue__in=down)
-            if after is not None:
-                page = page.filter(Q(created_at__gt=after[0]) | Q(created_at=after[0], id__gt=after[1]))
-            batch = list(page.order_by("created_at", "id").values_list("id", "queue", "created_at")[:BATCH])
-            if not batch:
-                return
-            down |= self._reconcile(alias, {job_id: queue for job_id, queue, _ in batch})
-            after = (batch[-1][2], batch[-1][0])
+    def _step(self, walk: Walk, budget: float) -> None:
+        """Read and reconcile pages of ``walk`` for about ``budget`` seconds, or until it is over; then
+        the next sweep is set no earlier than ``SWEEP_DUTY`` times the walk's own time after its start.
+        A page is moved past before it is reconciled: one that fails is never read again and again."""
+        began = time.monotonic()
+        try:
+            while walk.aliases:
+                alias = walk.aliases[0]
+                queues = [queue for queue in walk.queues if queue not in walk.down]
+                rows = OutboxEntry.objects.using(alias).filter(
+                    queue__in=queues, created_at__lt=walk.cutoff, pk__gt=walk.after
+                )
+                page = list(rows.order_by("pk").values_list("pk", "queue")[:BATCH])
+                walk.after = page[-1][0] if len(page) == BATCH else ""
+                if not walk.after:
+                    walk.aliases.pop(0)
+                if page:
+                    walk.down |= self._reconcile(alias, dict(page))
+                if time.monotonic() - began >= budget:
+                    break
+        finally:
+            walk.took += time.monotonic() - began
+        if not walk.aliases and self.walk is walk:
+            self.walk = None
+            self.sweep_at = walk.started + max(jobs_settings.LEDGER_SWEEP_INTERVAL, SWEEP_DUTY * walk.took)
 
     def _reconcile(self, alias: str, queues: dict[str, str]) -> set[str]:
         """Delete the rows of finished jobs, push again those missing from Redis; returns the queues

@@ -15,6 +15,7 @@ from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import Store, keys
 from django_jobs.telemetry import metrics
 from django_jobs.testing import run_jobs
+from django_jobs.worker import ledger as ledger_module
 from django_jobs.worker.maintenance import Maintenance
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -71,6 +72,38 @@ def test_the_sweep_pushes_again_a_job_redis_lost_and_it_runs(ledger, redis_db):
     assert sorted(SideEffect.objects.values_list("key", flat=True)) == ["kept", "lost"]
     maintenance(redis_db).ledger.sweep()
     assert not OutboxEntry.objects.exists()  # both finished: their rows go
+
+
+def test_the_sweep_walks_a_page_per_step_and_a_primary_change_starts_it_over(ledger, redis_db, monkeypatch):
+    """A big backlog is swept a few pages per maintenance pass, never in one pass that would hold up
+    the supervisor; the walk goes on where it stopped, and starts over when Redis lost data meanwhile."""
+    monkeypatch.setattr(ledger_module, "BATCH", 2)
+    monkeypatch.setattr(ledger_module, "STEP_SECONDS", 0.0)  # one page per step
+    handles = [jobs.record.enqueue(f"k{n}") for n in range(5)]
+    age_rows()
+    redis_db.flushdb()  # every push lost
+    work = maintenance(redis_db)
+    work.ledger.watch_primary()
+
+    def queued() -> set[str]:
+        return {x.decode() for x in redis_db.lrange(keys.queue_key("default"), 0, -1)}
+
+    work.ledger.sweep_if_due()
+    first = queued()
+    assert len(first) == 2 and work.ledger.walk is not None
+    work.ledger.sweep_if_due()
+    assert len(queued()) == 4 and first < queued()  # the walk went on: no page read twice
+    redis_db.flushdb()  # Redis loses them again: the walk starts over
+    work.ledger.watch_primary()
+    assert work.ledger.walk is None and work.ledger.sweep_at == 0.0
+    work.ledger.sweep_if_due()
+    steps = 1
+    while work.ledger.walk is not None and steps < 10:  # three pages here, one in each other outbox
+        work.ledger.sweep_if_due()
+        steps += 1
+    assert queued() == {h.id for h in handles} and work.ledger.walk is None and steps > 3
+    assert work.ledger.sweep_at > 0.0  # the walk is over: the next one waits its interval
+    assert run_jobs() == 5
 
 
 def test_the_sweep_settles_dead_lettered_jobs_and_keeps_scheduled_ones(ledger, redis_db):
