@@ -8,7 +8,6 @@ import dataclasses
 import datetime as dt
 import functools
 import math
-import uuid
 from collections.abc import Sequence
 from contextvars import ContextVar
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ from django_jobs.core.registry import Job
 from django_jobs.core.results import JobHandle
 from django_jobs.exceptions import TransactionAmbiguous
 from django_jobs.signals import job_enqueued
+from django_jobs.store import new_job_id
 
 __all__ = [
     "Envelope",
@@ -81,7 +81,7 @@ def build(
     now = dt.datetime.now(dt.UTC)
     due = now.timestamp() + options.delay if options.delay > 0 else 0.0
     expires = options.expires_at or (now.timestamp() + options.expires_in if options.expires_in else 0.0)
-    return Envelope(uuid.uuid4().hex, name, queue, data, math.ceil(timeout), due, now, options.unique_key,
+    return Envelope(new_job_id(), name, queue, data, math.ceil(timeout), due, now, options.unique_key,
                     options.debounce, options.cron_run, options.priority or 0, tracing.carrier(),
                     expires, options.batch, limit_key)  # fmt: skip
 

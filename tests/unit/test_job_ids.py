@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 from rq.job import JOB_ID_PATTERN
 
 from django_jobs.core.envelope import Envelope
-from django_jobs.store import surrogate_id, valid_job_id
+from django_jobs.store import new_job_id, surrogate_id, valid_job_id
 
 
 @pytest.mark.parametrize("job_id", [uuid.uuid4().hex, str(uuid.uuid4()), "a", "A_b-9", "x" * 64])
@@ -41,3 +42,16 @@ def test_surrogates_are_valid_and_stable():
 def test_an_envelope_refuses_an_invalid_id():
     with pytest.raises(ValueError, match="not valid"):
         Envelope("a:b", "tests.record", "default", "[]", 10, 0.0, dt.datetime.now(dt.UTC))
+
+
+def test_new_ids_are_uuid7_and_sort_by_creation_across_milliseconds():
+    """Time-ordered ids keep every database index on job ids writing at one end (see new_job_id)."""
+    earlier = new_job_id()
+    time.sleep(0.002)
+    later = [new_job_id() for _ in range(1000)]
+    assert all(valid_job_id(one) and len(one) == 32 for one in later)
+    assert len(set(later)) == 1000  # 74 random bits: no collision within a millisecond
+    parsed = uuid.UUID(later[0])
+    assert (parsed.version, parsed.variant) == (7, uuid.RFC_4122)
+    assert earlier < min(later)
+    assert abs(int(later[0][:12], 16) / 1000 - time.time()) < 5  # its first 48 bits: the Unix time in ms
