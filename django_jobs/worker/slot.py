@@ -177,8 +177,8 @@ class Slot:
     reader: Reader = field(default_factory=Reader)
     lanes: dict[int, Slot] = field(default_factory=dict)  # lane number (1..) -> its slot, once it reported
     # a batch's jobs: those waiting their turn (LEASED), and those done whose success the next claim
-    # completes (COMPLETING), until the process reports the batch over (Mark.LANDED)
-    batch: list[Slot] = field(default_factory=list)
+    # completes (COMPLETING), until the process reports the batch over (Mark.LANDED); by token
+    batch: dict[str, Slot] = field(default_factory=dict)
 
     @property
     def token(self) -> str | None:
@@ -220,7 +220,7 @@ class Slot:
     def _take(self, message: Mark | Started | Held) -> None:
         kind = type(message)
         if kind is Held:
-            self.batch.append(Slot(self.pid, -1, self.name, S.LEASED, attempt=_held(message)))  # type: ignore[arg-type]
+            self.batch[message.token] = Slot(self.pid, -1, self.name, S.LEASED, attempt=_held(message))  # type: ignore[union-attr,arg-type]
             return
         if message is _LANDED:  # the batch is over: its completions landed, its other jobs started
             self.batch.clear()
@@ -244,12 +244,10 @@ class Slot:
     def _turn(self, message: Started) -> None:
         """A job of the batch starts: it no longer waits, and the success before it (if any) waits
         for the next claim to complete it."""
-        waiting = next((one for one in self.batch if one.token == message.token), None)
-        if waiting is None:
+        if self.batch.pop(message.token, None) is None:
             return
-        self.batch.remove(waiting)
         if self.state in _COMPLETED and self.attempt is not None:
-            self.batch.append(Slot(self.pid, -1, self.name, self.state, attempt=self.attempt))
+            self.batch[self.attempt.token] = Slot(self.pid, -1, self.name, self.state, attempt=self.attempt)
 
     def lane(self, number: int) -> Slot:
         """The slot of lane ``number`` of this process (0: its own), made idle on its first report."""
@@ -264,7 +262,7 @@ class Slot:
         """This process's slot and those of its lanes, lane 0 first."""
         if not (self.lanes or self.batch):
             return [self]
-        return [self, *self.lanes.values(), *self.batch]
+        return [self, *self.lanes.values(), *self.batch.values()]
 
     def fell(self, cause: Slot) -> None:
         """The process is killed for ``cause``'s attempt: every other lane falls with it."""

@@ -72,9 +72,9 @@ def test_the_batch_is_forgotten_once_the_process_reports_it_over():
     for start in (SECOND, THIRD):
         process.feed(encode(Mark.RETURNED) + encode(Mark.COMPLETING) + encode(start))
     process.feed(encode(Mark.RETURNED) + encode(Mark.COMPLETING))
-    assert {slot.state for slot in process.batch} == {State.COMPLETING}
+    assert {slot.state for slot in process.batch.values()} == {State.COMPLETING}
     process.feed(encode(Mark.LANDED) + encode(Mark.DONE))
-    assert process.batch == [] and process.every() == [process] and process.state is State.IDLE
+    assert process.batch == {} and process.every() == [process] and process.state is State.IDLE
 
 
 def test_a_kill_leaves_the_waiting_jobs_to_hand_back_and_the_successes_to_complete():
