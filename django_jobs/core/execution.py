@@ -10,7 +10,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from contextvars import ContextVar
 from typing import Any
 
@@ -242,11 +242,18 @@ def _ended(
 
 
 class _Alarm:
-    """The soft timeout's state: the running attempt's seconds (for :func:`expire`'s message), and the
-    pid of the process that keeps :func:`expire` installed between attempts (a work process), if any."""
+    """The soft timeout's state: the running attempt's seconds (for :func:`expire`'s message), and
+    whether this process keeps :func:`expire` installed between attempts (a work process)."""
 
     seconds = 0.0
-    keeper = 0
+    kept = False
+
+
+def _forget_alarm() -> None:
+    _Alarm.kept = False  # a process forked from a keeper keeps nothing until it says so
+
+
+os.register_at_fork(after_in_child=_forget_alarm)
 
 
 def expire(signum: int, frame: Any) -> None:
@@ -258,32 +265,45 @@ def keep_alarm() -> None:
     """Say this process keeps :func:`expire` installed, setting it again after any job that replaced
     it (``WorkProcess.install_signals``): :func:`soft_timeout` then swaps no handler, as
     ``signal.signal`` and ``getsignal`` cost more than the rest of it. A process it forks does not."""
-    _Alarm.keeper = os.getpid()
+    _Alarm.kept = True
 
 
-@contextlib.contextmanager
-def soft_timeout(seconds: float) -> Iterator[None]:
+def soft_timeout(seconds: float) -> contextlib.AbstractContextManager[None]:
     """Raise JobTimeout inside the job after ``seconds``; the supervisor's hard kill backs it up.
     Outside a work process (see :func:`keep_alarm`), the handler found is put back afterwards, and so
     is an alarm that was set (a test's own timeout, an outer job's in immediate mode), for what is
     left of it: at once if it fell due meanwhile."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _Alarm.seconds = seconds
-    previous = expire if _Alarm.keeper == os.getpid() else signal.getsignal(signal.SIGALRM)
-    if previous is not expire:
-        signal.signal(signal.SIGALRM, expire)
-    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
-    armed = time.monotonic() if outer else 0.0
-    try:
-        yield
-    finally:
+    return _SoftTimeout(seconds)
+
+
+class _SoftTimeout(contextlib.AbstractContextManager[None]):
+    """:func:`soft_timeout`'s block: a class, not a generator, as every attempt enters one."""
+
+    __slots__ = ("armed", "outer", "previous", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def __enter__(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            self.previous = None  # signals are the main thread's: no alarm here
+            return
+        _Alarm.seconds = self.seconds
+        self.previous = previous = expire if _Alarm.kept else signal.getsignal(signal.SIGALRM)
+        if previous is not expire:
+            signal.signal(signal.SIGALRM, expire)
+        self.outer, _ = signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        self.armed = time.monotonic() if self.outer else 0.0
+
+    def __exit__(self, *exc: object) -> None:
+        previous = self.previous
+        if previous is None:
+            return
         signal.setitimer(signal.ITIMER_REAL, 0)
         if previous is not expire:
             signal.signal(signal.SIGALRM, previous)
-        if outer:
-            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - armed), 1e-6))
+        if self.outer:
+            signal.setitimer(signal.ITIMER_REAL, max(self.outer - (time.monotonic() - self.armed), 1e-6))
 
 
 def _in_transaction(conn: BaseDatabaseWrapper) -> bool:

@@ -85,7 +85,7 @@ def test_a_work_process_sets_no_handler_that_is_already_in_place(monkeypatch):
 
 
 def test_a_process_that_keeps_the_handler_swaps_none_and_its_timeouts_still_fire(monkeypatch):
-    monkeypatch.setattr(execution._Alarm, "keeper", 0)
+    monkeypatch.setattr(execution._Alarm, "kept", False)
     WorkProcess([], "w", report_fd=-1).install_signals()
     execution.keep_alarm()
 
@@ -98,3 +98,16 @@ def test_a_process_that_keeps_the_handler_swaps_none_and_its_timeouts_still_fire
         _overrun(0.05)
     monkeypatch.undo()
     assert signal.getsignal(signal.SIGALRM) is expire
+
+
+def test_a_process_forked_from_a_keeper_keeps_nothing(monkeypatch):
+    """A job that forks (or the supervisor's next work process before it says so) must put back the
+    handler it found: its own handler is not ours to assume."""
+    monkeypatch.setattr(execution._Alarm, "kept", False)
+    execution.keep_alarm()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code only
+        os._exit(0 if not execution._Alarm.kept else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert execution._Alarm.kept  # the parent still keeps it
