@@ -171,10 +171,10 @@ class WorkProcess:
             self.lanes.start()
         sent = 0
         while True:
-            stopping = self.stopping or os.getppid() != parent
             if self.queued:  # the next job of the batch in hand: its lease runs from the batch's claim
                 one, claimed = self.queued.popleft()
             else:
+                stopping = self.stopping or os.getppid() != parent  # once per claim, not per job
                 if self._lanes_full(served, f"{nonce_base}{done}c", where):
                     continue
                 sent = time.monotonic_ns()  # the lease of what this claims runs from no earlier than now
