@@ -69,13 +69,13 @@ def cancel_requested() -> bool:
     """Inside a job: whether its cancel was requested. Poll it between units of work (each call is
     one Redis round trip) and raise ``JobCancelled`` to stop. False outside a job, and when Redis
     does not answer (the job carries on; its supervisor still kills it if it is cancelled)."""
-    from django_jobs.core.connections import get_connection
+    from django_jobs.core.connections import store_of
 
     attempt = current()
     if attempt is None:
         return False
     try:
-        return Store.of(get_connection(attempt.queue)).cancel_requested(attempt.job_id)
+        return store_of(attempt.queue).cancel_requested(attempt.job_id)
     except RedisError as exc:
         logger.debug("Could not read the cancel request of job %s: %s", attempt.job_id, exc)
         return False

@@ -15,6 +15,7 @@ from rq.serializers import JSONSerializer, resolve_serializer
 
 from django_jobs.conf import jobs_settings
 from django_jobs.exceptions import ConfigurationError
+from django_jobs.store import Store
 
 _cache: dict[tuple[str, float | None], Redis] = {}
 _lock = threading.Lock()
@@ -104,6 +105,11 @@ def home(queue: str) -> Redis:
     if not configs:
         raise ConfigurationError("settings.RQ_QUEUES is empty")
     return get_connection(queue if queue in configs else next(iter(configs)))
+
+
+def store_of(queue: str) -> Store:
+    """The store of ``queue``'s jobs: the one place that says where a queue's transitions run."""
+    return Store.of(get_connection(queue))
 
 
 def servers(queue: str | None = None) -> Iterator[Redis]:

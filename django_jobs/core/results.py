@@ -157,7 +157,7 @@ def statuses(queues: Mapping[str, str]) -> dict[str, str | None]:
     """The status field of each job (id -> queue) in its queue's Redis, one round trip per queue:
     None where its hash is gone, "" where the key is not a hash. A job of a queue missing from
     ``RQ_QUEUES`` is left out."""
-    from django_jobs.core.connections import get_connection, queue_configs
+    from django_jobs.core.connections import queue_configs, store_of
 
     by_queue: dict[str, list[str]] = {}
     for job_id, queue in queues.items():
@@ -165,7 +165,7 @@ def statuses(queues: Mapping[str, str]) -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for queue, ids in by_queue.items():
         if queue in queue_configs():
-            found.update(Store.of(get_connection(queue)).statuses(ids))
+            found.update(store_of(queue).statuses(ids))
     return found
 
 

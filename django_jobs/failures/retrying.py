@@ -14,11 +14,11 @@ from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
 
 from django_jobs.core import results
-from django_jobs.core.connections import get_connection
+from django_jobs.core.connections import store_of
 from django_jobs.exceptions import JobDoesNotExist
 from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter
-from django_jobs.store import Status, Store
+from django_jobs.store import Status
 
 
 class RetryOutcome(enum.StrEnum):
@@ -41,7 +41,7 @@ def retry_now(job_id: str, *, actor: AbstractBaseUser | AnonymousUser | None = N
     except JobDoesNotExist:
         state = None
     if state is not None and state.status is Status.SCHEDULED:
-        moved = Store.of(get_connection(state.queue)).run_now(job_id, state.queue)
+        moved = store_of(state.queue).run_now(job_id, state.queue)
         return Retried(RetryOutcome.STARTED if moved == 1 else RetryOutcome.NOT_WAITING, job_id)
     entry = DeadLetter.objects.filter(job_id=job_id, status=DeadLetter.Status.OPEN).first()
     if entry is not None:

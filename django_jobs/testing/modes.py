@@ -14,7 +14,7 @@ from django_jobs.client.backends import capture
 from django_jobs.client.backends.capture import Captured, CapturedJob
 from django_jobs.conf import jobs_settings
 from django_jobs.core import execution, registry
-from django_jobs.core.connections import by_server, get_connection, home, queue_configs
+from django_jobs.core.connections import by_server, get_connection, home, queue_configs, store_of
 from django_jobs.flow.pausing import Held
 from django_jobs.store import Finished, Store, browse
 from django_jobs.telemetry import history, stats
@@ -68,7 +68,7 @@ def run_jobs(queues: Sequence[str] | None = None, *, limit: int = 10_000, retrie
     names = list(queues or queue_configs())
     while True:
         for group in by_server(names):
-            ran += _run_server(Store.of(get_connection(group[0])), group, limit - ran, caller)
+            ran += _run_server(store_of(group[0]), group, limit - ran, caller)
         if not retries or ran >= limit or not _due_now(names):
             break
     stats.flush(home, every=0)

@@ -15,9 +15,8 @@ from prometheus_client.metrics_core import Metric
 from redis.exceptions import RedisError
 
 from django_jobs.core import registry
-from django_jobs.core.connections import get_connection
+from django_jobs.core.connections import store_of
 from django_jobs.core.outcomes import Outcome
-from django_jobs.store import Store
 from django_jobs.telemetry import metrics
 
 logger = logging.getLogger("django_jobs.worker")
@@ -29,7 +28,7 @@ class PauseGauges:
     busy with a long job would report a stale value."""
 
     def __init__(self, queues: Sequence[str]) -> None:
-        self.store, self.queues = Store.of(get_connection(queues[0])), list(queues)
+        self.store, self.queues = store_of(queues[0]), list(queues)
 
     def collect(self) -> Iterable[Metric]:
         try:

@@ -29,6 +29,7 @@ from django_jobs.worker.maintenance import Maintenance
 from django_jobs.worker.process import DRAINED_PAUSE, Served, WorkProcess
 from django_jobs.worker.servers import wait_any
 from tests.chaos import RedisServer
+from tests.cluster import LocalCluster
 from tests.conftest import wait_for
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -220,21 +221,25 @@ def test_a_maintenance_pass_that_finds_its_redis_down_raises_so_the_server_is_se
     assert not maintenance.ledger.reachable  # once it answers, the ledger sweeps
 
 
-def test_a_redis_in_cluster_mode_is_an_error_of_the_checks_and_runjobs_refuses_it(
-    redis_db, tmp_path, settings
-):
-    node = RedisServer(
-        tmp_path, "--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "nodes.conf")
-    )
-    node.start()
+@pytest.fixture
+def cluster(tmp_path):
+    made = LocalCluster(tmp_path)
     try:
-        settings.RQ_QUEUES = {
-            **settings.RQ_QUEUES,
-            "emails": {**settings.RQ_QUEUES["emails"], "URL": node.url},
-        }
-        found = [m for m in checks.run_checks() if m.id == "django_jobs.E034"]
-        assert len(found) == 1 and "emails" in found[0].msg and "cluster mode" in found[0].msg
-        with pytest.raises(CommandError, match="cluster mode"):
-            call_command("runjobs", "emails", "--burst")
+        made.start()
+        yield made
     finally:
-        node.close()
+        made.close()
+
+
+@pytest.mark.parametrize("role", ["master", "slave"])
+def test_a_queue_on_a_redis_cluster_is_an_error_of_the_checks_and_runjobs_refuses_it(
+    redis_db, cluster, settings, role
+):
+    """A real cluster (three primaries, three replicas), the queue pointed at one of its primaries or
+    at a replica: its keys would hash to slots on other nodes, so the check and runjobs refuse it."""
+    node = next(node for node in cluster.nodes if cluster.client(node).role()[0] == role)
+    settings.RQ_QUEUES = {**settings.RQ_QUEUES, "emails": {**settings.RQ_QUEUES["emails"], "URL": node.url}}
+    found = [m for m in checks.run_checks() if m.id == "django_jobs.E034"]
+    assert len(found) == 1 and "emails" in found[0].msg and "cluster mode" in found[0].msg
+    with pytest.raises(CommandError, match="cluster mode"):
+        call_command("runjobs", "emails", "--burst")

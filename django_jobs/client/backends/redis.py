@@ -26,9 +26,8 @@ from redis.exceptions import RedisError
 
 from django_jobs.client import early_rows, outbox
 from django_jobs.conf import LEDGER, REPLICATED, jobs_settings
-from django_jobs.core.connections import get_connection
+from django_jobs.core.connections import get_connection, store_of
 from django_jobs.core.envelope import Envelope
-from django_jobs.store import Store
 from django_jobs.store.lifecycle import F
 from django_jobs.store.replication import push_confirmed
 from django_jobs.telemetry import metrics
@@ -75,7 +74,7 @@ LEDGER_MARK = {F.LEDGER: 1}
 
 def _push_queue(queue: str, group: list[Envelope], unconfirmed: list[Envelope], confirm: bool) -> set[str]:
     """Push one queue's envelopes at its level; adds those replicas did not confirm to ``unconfirmed``."""
-    store = Store.of(get_connection(queue))
+    store = store_of(queue)
     level = jobs_settings.durability(queue)
     if not confirm or level != REPLICATED:
         return store.push(group, extra=LEDGER_MARK if level == LEDGER else None)
@@ -100,7 +99,7 @@ def _unmark(envelopes: Sequence[Envelope]) -> None:
         by_queue.setdefault(envelope.queue, []).append(envelope.id)
     for queue, ids in by_queue.items():
         try:
-            Store.of(get_connection(queue)).unmark_ledger(ids)
+            store_of(queue).unmark_ledger(ids)
         except RedisError as exc:
             logger.warning("Could not unmark %d job(s) pushed without their ledger row (%s).", len(ids), exc)
 

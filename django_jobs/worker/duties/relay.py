@@ -22,12 +22,17 @@ from redis.exceptions import RedisError
 from django_jobs.client import outbox
 from django_jobs.client.backends import redis as redis_backend
 from django_jobs.conf import LEDGER, REPLICATED, jobs_settings
-from django_jobs.core.connections import connection_identity, get_connection, queue_configs, queues_on
+from django_jobs.core.connections import (
+    connection_identity,
+    queue_configs,
+    queues_on,
+    store_of,
+)
 from django_jobs.core.envelope import Envelope
 from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.ops.durability import ledger_queues
-from django_jobs.store import Store, to_bytes
+from django_jobs.store import to_bytes
 from django_jobs.store.lifecycle import F
 from django_jobs.store.replication import Primary, confirm, read_primary
 from django_jobs.worker.duties.base import Duty, Scope, exc_path, guarded, transient
@@ -206,9 +211,7 @@ class Relay(Duty):
         keep = set(replicated)
         ledger = {e.id: e.queue for e in envelopes if jobs_settings.durability(e.queue) == LEDGER}
         if ledger:
-            statuses = Store.of(get_connection(group[0][1].queue)).statuses(
-                [i for i in ledger if i in pushed.seen]
-            )
+            statuses = store_of(group[0][1].queue).statuses([i for i in ledger if i in pushed.seen])
             keep |= {job_id for job_id in ledger if statuses.get(job_id, "") is not None}
         rows = OutboxEntry.objects.using(alias)
         rows.filter(pk__in=[row.pk for row, _ in group if row.pk not in keep]).delete()
