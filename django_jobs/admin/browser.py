@@ -18,17 +18,16 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
-from redis import Redis
 from redis.exceptions import RedisError
 
 from django_jobs.admin.bulk import BULK_ACTIONS, BULK_LIMIT, BULK_URL_NAME
 from django_jobs.admin.jobs import log_many
-from django_jobs.core.connections import get_connection, queue_configs
+from django_jobs.core.connections import queue_configs, store_of
 from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter, Job, JobHistory
 from django_jobs.ops import browse
+from django_jobs.store import Store, valid_job_id
 from django_jobs.store import browse as pages
-from django_jobs.store import valid_job_id
 from django_jobs.store.browse import Listing
 
 #: Jobs per page.
@@ -146,11 +145,11 @@ class JobBrowser(_Base):
         return TemplateResponse(request, f"admin/django_jobs/job/{template}", {**frame, **context})
 
     def _page(self, request: HttpRequest, asked: _Asked) -> dict[str, Any]:
-        connection = get_connection(asked.queue)
+        store = store_of(asked.queue)
         show_key = request.user.has_perm(deadletter.PAYLOAD_PERMISSION)
         tabs = []
         for listing, label in TABS:
-            total = pages.page(connection, asked.queue, listing, 0, 0).total
+            total = pages.page(store, asked.queue, listing, 0, 0).total
             tabs.append((label, total, asked.link(tab=listing.name.lower(), start=0), listing is asked.tab))
         ended = JobHistory.objects.filter(queue=asked.queue).order_by("-id")
         ended_total = ended.count()
@@ -162,7 +161,7 @@ class JobBrowser(_Base):
             searched = browse.jobs([asked.queue], states, query, limit=PER_PAGE, look=SEARCH_LOOK)
             rows, total = searched.rows, len(searched.rows)
         else:
-            rows, total = self._rows(connection, asked, ended, ended_total)
+            rows, total = self._rows(store, asked, ended, ended_total)
         end = asked.start + len(rows)
         return {
             "searched": searched,
@@ -182,13 +181,13 @@ class JobBrowser(_Base):
 
     @staticmethod
     def _rows(
-        connection: Redis, asked: _Asked, ended: QuerySet[JobHistory], ended_total: int
+        store: Store, asked: _Asked, ended: QuerySet[JobHistory], ended_total: int
     ) -> tuple[list[browse.Row], int]:
         """The page's rows, from the tab's Redis structures or from the history; and the tab's total."""
         if not isinstance(asked.tab, Listing):  # the history
             found = ended[asked.start : asked.start + PER_PAGE]
             return [browse.Row.of_past(past) for past in found], ended_total
-        page = pages.page(connection, asked.queue, asked.tab, asked.start, PER_PAGE)
+        page = pages.page(store, asked.queue, asked.tab, asked.start, PER_PAGE)
         rows = [browse.Row(w.id, w.record.name, w.record.queue, w.state, w) for w in page.jobs]
         if asked.tab in (Listing.LOST, Listing.DYING):  # one set per server: this queue's only
             rows = [row for row in rows if row.queue == asked.queue]

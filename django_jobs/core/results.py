@@ -177,7 +177,7 @@ def get_job(job_id: str, *, queue: str | None = None) -> JobState:
     if not isinstance(job_id, str) or not valid_job_id(job_id):
         raise ValueError(f"{job_id!r} is not a job id: letters, digits, _ and -, 1 to 64 of them.")
     for store in _stores(queue):
-        where = read.where(store.connection, job_id)
+        where = read.where(store, job_id)
         if where.record.exists:
             return JobState.from_record(where.record, where)
     raise JobDoesNotExist(

@@ -22,7 +22,7 @@ from django_jobs.core import payload, registry, results
 from django_jobs.core.connections import queue_configs, server_connections
 from django_jobs.exceptions import JobNotFound, PayloadError
 from django_jobs.models import DeadLetter, OutboxEntry, outbox_aliases
-from django_jobs.store import browse, keys
+from django_jobs.store import Store, browse
 from django_jobs.store.browse import Listing
 from django_jobs.store.lifecycle import ENDED, F
 
@@ -81,16 +81,17 @@ def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
 
 def _redis_jobs(connection: Redis, queues: Sequence[str], batch: int) -> Iterator[tuple[str, bytes]]:
     """(id, payload) of every waiting or running job of ``queues``."""
+    store = Store.of(connection)
     for queue in queues:
         for listing in WAITING:
             start, total = 0, 1
             while start < total:
-                job_ids, total = browse.ids(connection, queue, listing, start, batch)
+                job_ids, total = browse.ids(store, queue, listing, start, batch)
                 start += batch
                 if job_ids:
                     with connection.pipeline(transaction=False) as pipe:
                         for job_id in job_ids:
-                            pipe.hget(keys.job_key(job_id), F.DATA)
+                            pipe.hget(store.keys.job(job_id), F.DATA)
                         found = pipe.execute(raise_on_error=False)
                     yield from ((i, d) for i, d in zip(job_ids, found, strict=True) if isinstance(d, bytes))
 

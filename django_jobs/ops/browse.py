@@ -17,7 +17,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from django_jobs.core import payload
-from django_jobs.core.connections import get_connection
+from django_jobs.core.connections import store_of
 from django_jobs.exceptions import PayloadError
 from django_jobs.models import DeadLetter, JobHistory
 from django_jobs.store import browse, read
@@ -174,10 +174,10 @@ def _of_letter(letter: DeadLetter) -> Row:
 def _pages(queue: str, listing: Listing, budget: int) -> Iterator[tuple[list[Row], int, bool]]:
     """The listing's rows a page at a time, with how many members each page read, and whether more
     remained unread when the budget ran out."""
-    connection = get_connection(queue)
+    store = store_of(queue)
     start = 0
     while budget > 0:
-        page = browse.page(connection, queue, listing, start, min(PAGE, budget))
+        page = browse.page(store, queue, listing, start, min(PAGE, budget))
         read_now = len(page.jobs)
         rows = [_row(where) for where in page.jobs if listing not in _SHARED or where.record.queue == queue]
         start += read_now

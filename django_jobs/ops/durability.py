@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 from django_jobs.conf import LEDGER, jobs_settings
 from django_jobs.core.connections import queue_configs, server_connections
 from django_jobs.models import OutboxEntry, outbox_aliases
+from django_jobs.store import Store
 from django_jobs.store.replication import Primary, read_primary
 
 
@@ -58,7 +59,7 @@ def replication(queues: Sequence[str]) -> list[tuple[list[str], Primary | RedisE
     found: list[tuple[list[str], Primary | RedisError]] = []
     for names, connection in server_connections(queues):
         try:
-            found.append((names, read_primary(connection)))
+            found.append((names, read_primary(Store.of(connection))))
         except RedisError as exc:
             found.append((names, exc))
     return found

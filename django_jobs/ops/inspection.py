@@ -24,20 +24,8 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from django_jobs.core.connections import server_connections
-from django_jobs.store import (
-    DYING,
-    LOST,
-    Pause,
-    Status,
-    Store,
-    job_key,
-    keys,
-    load,
-    parse_rq_timestamp,
-    queue_key,
-    scheduled_key,
-    wip_key,
-)
+from django_jobs.store import Pause, Status, Store, keys, load, parse_rq_timestamp
+from django_jobs.store.keys import Keyspace
 from django_jobs.store.lifecycle import F, foreign_worker
 
 WORKERS = keys.WORKERS_SET
@@ -130,7 +118,7 @@ def read_all(
     for names, connection in server_connections(queues):
         state: ServerState | RedisError
         try:
-            state = read(connection, names, now, **options)
+            state = read(Store.of(connection), names, now, **options)
         except RedisError as exc:
             state = exc
         yield names, connection, state
@@ -145,7 +133,7 @@ def servers(queues: Sequence[str], **options: Any) -> Iterator[ServerState]:
 
 
 def read(
-    connection: Redis,
+    store: Store,
     queues: Sequence[str],
     now: dt.datetime,
     *,
@@ -154,16 +142,17 @@ def read(
 ) -> ServerState:
     """Queues, workers and leases of one server. ``retry_sample`` scheduled jobs per queue are looked
     at to count retries (attempt > 0); ``current_jobs`` reads what each worker runs."""
-    counts, sample_ids, worker_keys, dying, lost = _counts(connection, queues, retry_sample)
-    pauses, parked = Store.of(connection).pause_state()
+    connection, space = store.connection, store.keys
+    counts, sample_ids, worker_keys, dying, lost = _counts(store, queues, retry_sample)
+    pauses, parked = store.pause_state()
     with connection.pipeline(transaction=False) as pipe:
         for queue, name in parked:
-            pipe.llen(keys.parked_key(queue, name))
+            pipe.llen(space.parked(queue, name))
         for (_, heads, *_), sample in zip(counts, sample_ids, strict=True):
             for head in heads:
-                pipe.hget(job_key(text(head)), "enqueued_at")
+                pipe.hget(space.job(text(head)), "enqueued_at")
             for job_id in sample:
-                pipe.hget(job_key(text(job_id)), F.ATTEMPT)
+                pipe.hget(space.job(text(job_id)), F.ATTEMPT)
         for key in worker_keys:
             pipe.hgetall(key)
         replies = iter(pipe.execute(raise_on_error=False))
@@ -174,7 +163,7 @@ def read(
     ]
     # A worker whose hash expired is dead, even if the set still names it: skip it, change nothing.
     records = [(key, r) for key, r in zip(worker_keys, replies, strict=True) if isinstance(r, dict) and r]
-    workers = _workers(connection, records, now, current_jobs)
+    workers = _workers(connection, space, records, now, current_jobs)
     by_type: dict[str, int] = {}
     for _, name, count in held:
         by_type[name] = by_type.get(name, 0) + count
@@ -197,23 +186,24 @@ def _paused(
 
 
 def _counts(
-    connection: Redis, queues: Sequence[str], retry_sample: int
+    store: Store, queues: Sequence[str], retry_sample: int
 ) -> tuple[list[list[Any]], list[list[bytes]], list[str], int, int]:
     """The first round trip: per queue depth, the ids at its heads (the list's, then each priority's),
     running and scheduled; the workers' set; leases."""
+    connection, space = store.connection, store.keys
     with connection.pipeline(transaction=False) as pipe:
         for queue in queues:
-            pipe.llen(queue_key(queue))
-            pipe.lindex(queue_key(queue), 0)
-            pipe.zcard(wip_key(queue))
-            pipe.zcard(scheduled_key(queue))
+            pipe.llen(space.queue(queue))
+            pipe.lindex(space.queue(queue), 0)
+            pipe.zcard(space.wip(queue))
+            pipe.zcard(space.scheduled(queue))
             if retry_sample:
-                pipe.zrange(scheduled_key(queue), 0, retry_sample - 1)
-        load(connection, "heads")(keys=[k for q in queues for k in keys.priority_keys(q)], client=pipe)
+                pipe.zrange(space.scheduled(queue), 0, retry_sample - 1)
+        load(connection, "heads")(keys=[k for q in queues for k in space.priority(q)], client=pipe)
         pipe.smembers(WORKERS)
-        pipe.zcard(DYING)
-        pipe.zcard(LOST)
-        parked = [keys.parked_index(queue) for queue in queues]
+        pipe.zcard(space.dying)
+        pipe.zcard(space.lost)
+        parked = [space.parked_index(queue) for queue in queues]
         load(connection, "parked")(keys=parked, args=[PARKED_SAMPLE], client=pipe)
         replies = pipe.execute()
     width = 5 if retry_sample else 4
@@ -249,7 +239,11 @@ def _queue(
 
 
 def _workers(
-    connection: Redis, records: list[tuple[str, dict[bytes, bytes]]], now: dt.datetime, current_jobs: bool
+    connection: Redis,
+    space: Keyspace,
+    records: list[tuple[str, dict[bytes, bytes]]],
+    now: dt.datetime,
+    current_jobs: bool,
 ) -> list[WorkerState]:
     """The live workers; with ``current_jobs``, one more round trip asks each job hash if it still runs
     (a worker record is refreshed only once per heartbeat)."""
@@ -257,7 +251,7 @@ def _workers(
     if current_jobs:
         with connection.pipeline(transaction=False) as pipe:
             for _, record in records:
-                pipe.hmget(job_key(text(record.get(b"current_job"))), ["description", "status"])
+                pipe.hmget(space.job(text(record.get(b"current_job"))), ["description", "status"])
             jobs = pipe.execute(raise_on_error=False)
     workers = []
     for (key, record), job in zip(records, jobs, strict=True):

@@ -21,7 +21,7 @@ from django_jobs.core import connections, registry
 from django_jobs.core.results import JobState
 from django_jobs.exceptions import JobDoesNotExist, JobNotFound
 from django_jobs.models import DeadLetter, JobHistory, OutboxEntry, outbox_aliases
-from django_jobs.store import read, valid_job_id
+from django_jobs.store import Store, read, valid_job_id
 from django_jobs.store.lifecycle import F, State
 from django_jobs.store.model import Pause
 
@@ -218,7 +218,7 @@ def why(job_id: str, *, queue: str | None = None, show_key: bool = True) -> str:
         [queue] if queue else list(connections.queue_configs())
     ):
         try:
-            where = read.where(connection, job_id, names)
+            where = read.where(Store.of(connection), job_id, names)
         except RedisError:
             down.update(dict.fromkeys(names, _url(connection)))
             continue

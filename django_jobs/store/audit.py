@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from django_jobs.store import keys
 from django_jobs.store import lifecycle as lc
 from django_jobs.store.lifecycle import F, Status, Structure
 from django_jobs.store.read import parked_pairs
 from django_jobs.store.record import split_token, text
+from django_jobs.store.scripts import Part
 
 #: Members per LRANGE / ZRANGE page, and the COUNT of a SCAN step.
 PAGE = 1000
@@ -84,8 +84,9 @@ class _Held:
 class _Reader:
     """Paged, budgeted, pipelined reads; a key of the wrong type is noted and read as empty."""
 
-    def __init__(self, connection: Redis, budget: int, result: Audit) -> None:
-        self.connection, self.budget, self.result = connection, budget, result
+    def __init__(self, store: Part, budget: int, result: Audit) -> None:
+        self.connection, self.space = store.connection, store.keys
+        self.budget, self.result = budget, result
 
     def spend(self, n: int) -> bool:
         self.result.looked += n
@@ -123,46 +124,50 @@ class _Reader:
                 return found
 
 
-def audit(connection: Redis, queues: Sequence[str] | None = None, *, budget: int = BUDGET) -> Audit:
-    """Check one Redis server against the lifecycle table (``queues``: None for every queue it names)."""
+def audit(store: Part, queues: Sequence[str] | None = None, *, budget: int = BUDGET) -> Audit:
+    """Check one namespace of a Redis server against the lifecycle table (``queues``: None for every
+    queue it names)."""
     result = Audit()
-    reader = _Reader(connection, budget, result)
-    names = list(queues) if queues is not None else _queues(connection)
+    reader = _Reader(store, budget, result)
+    connection, space = store.connection, store.keys
+    names = list(queues) if queues is not None else _queues(reader)
     held: dict[str, list[_Held]] = {}
     tokens: dict[str, list[_Held]] = {}  # wip, leases, lost: by token
     for queue in names:
         _read_queue(reader, queue, held, tokens)
     for structure in (lc.LEASES, lc.LOST):
-        for member, score in reader.members(structure.pattern, lc.Kind.ZSET):
+        key = space.name(structure)
+        for member, score in reader.members(key, lc.Kind.ZSET):
             token = text(member)
-            place = _Held(structure, structure.pattern, "", score, token)
+            place = _Held(structure, key, "", score, token)
             tokens.setdefault(token, []).append(place)
             held.setdefault(split_token(token), []).append(place)
-    for member, score in reader.members(lc.DYING.pattern, lc.Kind.ZSET):
-        held.setdefault(text(member), []).append(_Held(lc.DYING, lc.DYING.pattern, "", score))
-    for member, score in reader.members(lc.VANISHED.pattern, lc.Kind.ZSET):
+    for member, score in reader.members(space.dying, lc.Kind.ZSET):
+        held.setdefault(text(member), []).append(_Held(lc.DYING, space.dying, "", score))
+    for member, score in reader.members(space.vanished, lc.Kind.ZSET):
         queue, _, job_id = text(member).partition("\n")
-        held.setdefault(job_id, []).append(_Held(lc.VANISHED, lc.VANISHED.pattern, queue, score))
+        held.setdefault(job_id, []).append(_Held(lc.VANISHED, space.vanished, queue, score))
     parked_lists = _read_parked(reader, names, held)
-    djkeys = reader.scan(lc.SLOTS.prefix.partition(":")[0] + ":*") if result.complete else []
-    hashes = _hashes(connection, held)
+    djkeys = reader.scan(space.prefix(lc.SLOTS).partition(":")[0] + ":*") if result.complete else []
+    hashes = _hashes(reader, held)
     now = _now(connection)
     problems = result.problems
     problems += _holders(held, hashes)
     problems += _tokens(tokens, hashes, set(names))
     problems += _slots(reader, djkeys, tokens, held, hashes, now)
-    problems += _indexes(connection, djkeys, names, parked_lists)
+    problems += _indexes(reader, djkeys, names, parked_lists)
     if result.complete:
         problems += _nowhere(reader, held, set(names))
     return result
 
 
-def _queues(connection: Redis) -> list[str]:
-    """The queues this server names: RQ's set of queue keys, and the queues of the parked lists."""
+def _queues(reader: _Reader) -> list[str]:
+    """The queues this namespace names: RQ's set of queue keys, and the queues of the parked lists."""
     found = set()
+    space = reader.space
     with contextlib.suppress(ResponseError):  # a set of the wrong type names no queue
-        found |= {text(k).removeprefix(lc.QUEUE.prefix) for k in _set(connection, keys.QUEUES_SET)}
-    found |= {queue for queue, _ in _parked_set(connection)}
+        found |= {text(k).removeprefix(space.queue_prefix) for k in _set(reader.connection, space.queues_set)}
+    found |= {queue for queue, _ in _parked_set(reader)}
     return sorted(found)
 
 
@@ -170,9 +175,9 @@ def _set(connection: Redis, key: str) -> set[bytes]:
     return connection.smembers(key)  # type: ignore[return-value]
 
 
-def _parked_set(connection: Redis) -> list[tuple[str, str]]:
+def _parked_set(reader: _Reader) -> list[tuple[str, str]]:
     try:
-        return parked_pairs(_set(connection, keys.PARKED))
+        return parked_pairs(_set(reader.connection, reader.space.parked_lists))
     except ResponseError:  # a set of the wrong type names no parked list
         return []
 
@@ -180,13 +185,13 @@ def _parked_set(connection: Redis) -> list[tuple[str, str]]:
 def _read_queue(
     reader: _Reader, queue: str, held: dict[str, list[_Held]], tokens: dict[str, list[_Held]]
 ) -> None:
-    layout = keys.queue_layout(queue)
+    layout = reader.space.layout(queue)
     for structure, key in (
         (lc.QUEUE, layout.list),
         (lc.HIGH, layout.high),
         (lc.LOW, layout.low),
         (lc.SCHEDULED, layout.scheduled),
-        (lc.RQ_FAILED, keys.failed_key(queue)),
+        (lc.RQ_FAILED, reader.space.failed(queue)),
     ):
         for member, score in reader.members(key, structure.kind):
             held.setdefault(text(member), []).append(_Held(structure, key, queue, score))
@@ -197,7 +202,7 @@ def _read_queue(
 
 
 def _read_line(reader: _Reader, queue: str, scope: str, held: dict[str, list[_Held]]) -> None:
-    key = keys.parked_line(queue, scope)
+    key = reader.space.parked_line(queue, scope)
     for member, score in reader.members(key, lc.Kind.ZSET):
         held.setdefault(text(member), []).append(_Held(lc.LINE, key, queue, score, scope))
 
@@ -205,23 +210,23 @@ def _read_line(reader: _Reader, queue: str, scope: str, held: dict[str, list[_He
 def _read_parked(reader: _Reader, names: Sequence[str], held: dict[str, list[_Held]]) -> set[str]:
     """The parked lists the set names, read; returns their keys."""
     listed = set()
-    for queue, name in _parked_set(reader.connection):
-        key = keys.parked_key(queue, name)
+    for queue, name in _parked_set(reader):
+        key = reader.space.parked(queue, name)
         listed.add(key)
         for member, _ in reader.members(key, lc.Kind.LIST):
             held.setdefault(text(member), []).append(_Held(lc.PARKED, key, queue, None, name))
     return listed
 
 
-def _hashes(connection: Redis, ids: Iterable[str]) -> dict[str, dict[str, str] | None]:
+def _hashes(reader: _Reader, ids: Iterable[str]) -> dict[str, dict[str, str] | None]:
     """The checked fields of each id's hash; None where there is no hash (or the key is not one)."""
-    ids = list(ids)
+    ids, connection = list(ids), reader.connection
     found: dict[str, dict[str, str] | None] = {}
     for start in range(0, len(ids), PAGE):
         chunk = ids[start : start + PAGE]
         with connection.pipeline(transaction=False) as pipe:
             for job_id in chunk:
-                pipe.hmget(keys.job_key(job_id), list(_FIELDS))
+                pipe.hmget(reader.space.job(job_id), list(_FIELDS))
             replies = pipe.execute(raise_on_error=False)
         for job_id, reply in zip(chunk, replies, strict=True):
             if isinstance(reply, Exception) or all(v is None for v in reply):
@@ -329,8 +334,8 @@ def _slots(
     problems = []
     live = {t for t, places in tokens.items() if any(p.structure is not lc.WIP for p in places)}
     for key in djkeys:
-        scope = key.removeprefix(keys.SLOTS_PREFIX)
-        if not key.startswith(keys.SLOTS_PREFIX) or "\n" not in scope:
+        scope = key.removeprefix(reader.space.slots_prefix)
+        if not key.startswith(reader.space.slots_prefix) or "\n" not in scope:
             continue
         for member, score in reader.members(key, lc.Kind.ZSET):
             name = text(member)
@@ -351,17 +356,19 @@ def _slots(
 
 
 def _indexes(
-    connection: Redis, djkeys: list[str], queues: Sequence[str], parked_lists: set[str]
+    reader: _Reader, djkeys: list[str], queues: Sequence[str], parked_lists: set[str]
 ) -> list[Problem]:
     """Nonempty key lines and parked lists that their index does not name."""
-    problems = []
-    lines = {keys.parked_index(q): q for q in queues}
+    problems, connection, space = [], reader.connection, reader.space
+    lines = {space.parked_index(q): q for q in queues}
     candidates = []
     for key in djkeys:
         index, newline, scope = key.partition("\n")
         if newline and index in lines:
             candidates.append(("line", key, index, scope))
-        elif key.startswith(lc.PARKED.prefix) and key != keys.PARKED and key not in parked_lists:
+        elif (
+            key.startswith(space.prefix(lc.PARKED)) and key != space.parked_lists and key not in parked_lists
+        ):
             candidates.append(("parked", key, "", ""))
     with connection.pipeline(transaction=False) as pipe:
         for kind, key, index, scope in candidates:
@@ -375,7 +382,9 @@ def _indexes(
         if kind == "line" and reply is None:
             problems.append(Problem("line_index", "", f"line {shown} holds jobs but is not in {index}"))
         elif kind == "parked" and text(reply) == lc.Kind.LIST:
-            problems.append(Problem("parked_index", "", f"parked list {shown} is not in {keys.PARKED}"))
+            problems.append(
+                Problem("parked_index", "", f"parked list {shown} is not in {space.parked_lists}")
+            )
     return problems
 
 
@@ -383,11 +392,11 @@ def _nowhere(reader: _Reader, held: dict[str, list[_Held]], queues: set[str]) ->
     """Hashes of waiting or running jobs that no structure holds, and queued jobs whose flags name a
     place that does not hold them."""
     problems = []
-    job_keys = reader.scan(lc.JOB.prefix + "*")
-    ids = [k.removeprefix(lc.JOB.prefix) for k in job_keys]
+    job_keys = reader.scan(reader.space.job_prefix + "*")
+    ids = [k.removeprefix(reader.space.job_prefix) for k in job_keys]
     if not reader.result.complete:
         return []
-    hashes = _hashes(reader.connection, ids)
+    hashes = _hashes(reader, ids)
     for job_id, fields in hashes.items():
         if fields is None or fields.get(F.ORIGIN, "") not in queues:
             continue

@@ -19,9 +19,10 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from django_jobs.store import keys, read
+from django_jobs.store import read
 from django_jobs.store.lifecycle import State
 from django_jobs.store.record import split_token, text
+from django_jobs.store.scripts import Part
 
 #: Keys' lines (or parked lists) of one queue read for a page; past them, jobs are not listed.
 LINES_LOOKED = 1000
@@ -100,39 +101,39 @@ def _list(key: str) -> _Part:
     return _Part(key, False)
 
 
-def _parts(connection: Redis, queue: str, listing: Listing) -> list[_Part]:
+def _parts(store: Part, queue: str, listing: Listing) -> list[_Part]:
+    connection, space = store.connection, store.keys
     if listing is Listing.READY:
-        high, low = keys.priority_keys(queue)
-        return [_zset(high), _list(keys.queue_key(queue)), _zset(low)]
+        high, low = space.priority(queue)
+        return [_zset(high), _list(space.queue(queue)), _zset(low)]
     if listing is Listing.SCHEDULED:
-        return [_zset(keys.scheduled_key(queue))]
+        return [_zset(space.scheduled(queue))]
     if listing is Listing.RUNNING:
-        return [_zset(keys.wip_key(queue), tokens=True)]
+        return [_zset(space.wip(queue), tokens=True)]
     if listing is Listing.PARKED:
-        pairs = read.parked_pairs(connection.smembers(keys.PARKED))  # type: ignore[arg-type]
-        return [_list(keys.parked_key(q, name)) for q, name in pairs if q == queue][:LINES_LOOKED]
+        pairs = read.parked_pairs(connection.smembers(space.parked_lists))  # type: ignore[arg-type]
+        return [_list(space.parked(q, name)) for q, name in pairs if q == queue][:LINES_LOOKED]
     if listing is Listing.IN_LINE:
-        scopes: list[bytes] = connection.zrange(keys.parked_index(queue), 0, LINES_LOOKED - 1)  # type: ignore[assignment]
-        return [_zset(keys.parked_line(queue, text(scope))) for scope in sorted(scopes)]
+        scopes: list[bytes] = connection.zrange(space.parked_index(queue), 0, LINES_LOOKED - 1)  # type: ignore[assignment]
+        return [_zset(space.parked_line(queue, text(scope))) for scope in sorted(scopes)]
     if listing is Listing.FOREIGN:
-        return [_zset(keys.failed_key(queue))]
-    return [_zset(keys.LOST if listing is Listing.LOST else keys.DYING, tokens=listing is Listing.LOST)]
+        return [_zset(space.failed(queue))]
+    return [_zset(space.lost if listing is Listing.LOST else space.dying, tokens=listing is Listing.LOST)]
 
 
-def page(connection: Redis, queue: str, listing: Listing, start: int = 0, count: int = 50) -> Page:
+def page(store: Part, queue: str, listing: Listing, start: int = 0, count: int = 50) -> Page:
     """Jobs ``start`` to ``start + count`` of ``listing`` in ``queue``. The lost and dying sets are
     one per server: their page holds the jobs of every queue, for the caller to filter."""
-    job_ids, total = ids(connection, queue, listing, start, count)
-    found = read.locate(connection, job_ids, [queue]) if job_ids else {}
+    job_ids, total = ids(store, queue, listing, start, count)
+    found = read.locate(store, job_ids, [queue]) if job_ids else {}
     return Page([found[job_id] for job_id in job_ids], total, start)
 
 
-def ids(
-    connection: Redis, queue: str, listing: Listing, start: int = 0, count: int = 50
-) -> tuple[list[str], int]:
+def ids(store: Part, queue: str, listing: Listing, start: int = 0, count: int = 50) -> tuple[list[str], int]:
     """The ids of :func:`page`, not located, and how many the listing holds: two round trips."""
+    connection = store.connection
     try:
-        parts = _parts(connection, queue, listing)
+        parts = _parts(store, queue, listing)
     except ResponseError:  # an index of the wrong type (runjobs moves it aside): nothing to list
         parts = []
     with connection.pipeline(transaction=False) as pipe:

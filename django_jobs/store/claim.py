@@ -13,10 +13,11 @@ from typing import Any, NotRequired, TypedDict, Unpack
 
 from django_jobs.store import keys
 from django_jobs.store.interface import Packer
+from django_jobs.store.keys import Keyspace
 from django_jobs.store.lifecycle import F
 from django_jobs.store.model import PARK_RECHECK, Batch, Beat, Claim, Claimed, Finished
 from django_jobs.store.record import JobRecord, int_field, rq_timestamp, split_token, text
-from django_jobs.store.scripts import INTERFACES, Part, queue_keys
+from django_jobs.store.scripts import INTERFACES, Part
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, bytes]:
@@ -35,7 +36,9 @@ def _expired(queues: Sequence[str], flat: Sequence[Any] | None) -> tuple[Claimed
     )
 
 
-def limit_entries(limits: str, limited: list[str], queues: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
+def limit_entries(
+    space: Keyspace, limits: str, limited: list[str], queues: Sequence[str] = ()
+) -> dict[str, dict[str, Any]]:
     """The limits of the claim script (see its header), by name, from ``registry.limits_json()``:
     a type's slots and, while it is paused, its parked lists (one per queue of ``queues``) are
     appended to ``limited`` once per canonical name, and named by their number there."""
@@ -45,17 +48,17 @@ def limit_entries(limits: str, limited: list[str], queues: Sequence[str] = ()) -
     for name, (concurrency, count, period, canonical, *flags) in json.loads(limits).items():
         keyed, paused = flags[:1] == [True], flags[1:2] == [True]
         if concurrency > 0 and not keyed and canonical not in slots:
-            limited.append(keys.slots_key(canonical))
+            limited.append(space.slots(canonical))
             slots[canonical] = len(limited)
         if paused and canonical not in parked:
             parked[canonical] = len(limited) + 1
-            limited += [keys.parked_key(queue, canonical) for queue in queues]
+            limited += [space.parked(queue, canonical) for queue in queues]
         entry: dict[str, Any] = {"concurrency": concurrency, "rate": count, "period": period}
         if keyed:
-            entry |= {"slots": 0, "rate_prefix": keys.RATE_PREFIX, "slots_prefix": keys.SLOTS_PREFIX}
+            entry |= {"slots": 0, "rate_prefix": space.rates_prefix, "slots_prefix": space.slots_prefix}
             entry["scope"] = keys.limit_scope(canonical, "")
         else:
-            entry |= {"slots": slots.get(canonical, 0), "rate_prefix": keys.rate_prefix(canonical)}
+            entry |= {"slots": slots.get(canonical, 0), "rate_prefix": space.rate_prefix(canonical)}
         if paused:
             entry |= {"paused_field": keys.pause_field("job", canonical), "parked": parked[canonical]}
             entry["canonical"] = canonical
@@ -64,7 +67,9 @@ def limit_entries(limits: str, limited: list[str], queues: Sequence[str] = ()) -
 
 
 @functools.lru_cache(maxsize=64)
-def _claim_packer(queues: tuple[str, ...], limits: str, prioritized: str, backoff: float) -> Packer:
+def _claim_packer(
+    space: Keyspace, queues: tuple[str, ...], limits: str, prioritized: str, backoff: float
+) -> Packer:
     """The packer of the claims from these queues with these limits, prioritized queues ('1' per
     queue whose high set may hold jobs) and backoff: everything but the per-claim names packed.
 
@@ -72,15 +77,15 @@ def _claim_packer(queues: tuple[str, ...], limits: str, prioritized: str, backof
     costs no more than filling in its stamp, worker, lease and the job it completes.
     """
     items = [
-        {**queue_keys(queue), "name": queue, "prioritized": flag}
+        {**space.queue_keys(queue), "name": queue, "prioritized": flag}
         for queue, flag in zip(queues, prioritized, strict=True)
     ]
     limited: list[str] = []
-    entries = limit_entries(limits, limited, queues)
+    entries = limit_entries(space, limits, limited, queues)
     return INTERFACES["complete_and_claim"].packer(
-        leases=keys.LEASES, dying=keys.DYING, vanished=keys.VANISHED, lost=keys.LOST, paused=keys.PAUSED,
-        parked_lists=keys.PARKED, limits=json.dumps(entries) if entries else "{}", backoff=backoff,
-        prefix=keys.JOB_PREFIX, recheck=PARK_RECHECK, queue=items, limited=limited,
+        leases=space.leases, dying=space.dying, vanished=space.vanished, lost=space.lost,
+        paused=space.paused, parked_lists=space.parked_lists, limits=json.dumps(entries) if entries else "{}",
+        backoff=backoff, prefix=space.job_prefix, recheck=PARK_RECHECK, queue=items, limited=limited,
     )  # fmt: skip
 
 
@@ -132,14 +137,14 @@ class Claiming(Part):
         without a key's scope): what as many claims one after another would lease, in one round trip.
         A batch ends early after a job of a ``limit_key``, so the next claim completes one scope."""
         high = "".join("1" if prioritized is None or q in prioritized else "0" for q in queues)
-        pack = _claim_packer(tuple(queues), limits, high, limit_wait)
+        pack = _claim_packer(self.keys, tuple(queues), limits, high, limit_wait)
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         script = self.scripts.complete_and_claim.script
-        done, done_queue, scope = _done(finished)
+        done, done_queue, scope = _done(self.keys, finished)
         call = pack(
             stamp=stamp, finished_ttl=finished_ttl, worker=worker_name, lease_seconds=lease_seconds,
             nonce=nonce, want=want, done=done, done_queue=done_queue, scope=scope,
-            also=[_plain(one) for one in also],
+            also=[_plain(self.keys, one) for one in also],
         )  # fmt: skip
         reply = script(*call)
         ok, expired = int(reply[0]), _expired(queues, reply[1])
@@ -163,16 +168,16 @@ class Claiming(Part):
         """Extend these leases; returns the tokens that no longer hold one, and those asked to stop."""
         if not tokens:
             return Beat(set(), set())
-        beats = [{"hash": keys.job_key(split_token(token)), "token": token} for token in tokens]
-        call = _heartbeat_packer()(lease_seconds=lease_seconds, beat=beats)
+        beats = [{"hash": self.keys.job(split_token(token)), "token": token} for token in tokens]
+        call = _heartbeat_packer(self.keys)(lease_seconds=lease_seconds, beat=beats)
         gone, cancelled = self.scripts.heartbeat.script(*call)
         return Beat({text(t) for t in gone}, {text(t) for t in cancelled})
 
 
 @functools.cache
-def _heartbeat_packer() -> Packer:
+def _heartbeat_packer(space: Keyspace) -> Packer:
     """The heartbeat's packer: the leases packed once."""
-    return INTERFACES["heartbeat"].packer(leases=keys.LEASES)
+    return INTERFACES["heartbeat"].packer(leases=space.leases)
 
 
 _Done = tuple[dict[str, Any] | None, dict[str, str] | None, dict[str, str] | None]
@@ -187,24 +192,24 @@ def _leased(queues: Sequence[str], worker_name: str, item: Sequence[Any]) -> Cla
     return Claimed(queues[int(number) - 1], record.id, token_b.decode(), record, worker_name)
 
 
-def _plain(finished: Finished) -> dict[str, Any]:
+def _plain(space: Keyspace, finished: Finished) -> dict[str, Any]:
     """One of a claim's ``also`` completions: its hash, wip set, token and result."""
     if finished.scope is not None:
         raise ValueError(f"job {finished.token} has a key's scope: complete it as the claim's first")
     return {
-        "hash": keys.job_key(split_token(finished.token)),
-        "wip": queue_keys(finished.queue)["wip"],
+        "hash": space.job(split_token(finished.token)),
+        "wip": space.queue_keys(finished.queue)["wip"],
         "token": finished.token,
         "result": finished.result or "",
     }
 
 
-def _done(finished: Finished | None) -> _Done:
+def _done(space: Keyspace, finished: Finished | None) -> _Done:
     """The claim's done, done_queue and scope: the job it completes (its hash, wip set, token and
     result), and for a job of a key (limit_key) its queue and its scope, where its next job comes from."""
     if finished is None:
         return None, None, None
-    done = _plain(replace(finished, scope=None))
+    done = _plain(space, replace(finished, scope=None))
     if finished.scope is None:
         return done, None, None
-    return done, queue_keys(finished.queue), finished.scope.places(finished.queue)
+    return done, space.queue_keys(finished.queue), finished.scope.places(finished.queue, space)

@@ -11,7 +11,7 @@ from django_jobs.store import keys
 from django_jobs.store.lifecycle import F
 from django_jobs.store.model import CancelResult
 from django_jobs.store.record import rq_timestamp, text
-from django_jobs.store.scripts import Part, queue_keys
+from django_jobs.store.scripts import Part
 
 #: The cancel script's replies.
 _CANCEL_REPLIES = {
@@ -38,7 +38,7 @@ class Control(Part):
         for _ in range(_CANCEL_TRIES):
             try:
                 origin, parked, line = self.connection.hmget(
-                    keys.job_key(job_id), [F.ORIGIN, F.PARKED, F.LINE]
+                    self.keys.job(job_id), [F.ORIGIN, F.PARKED, F.LINE]
                 )
             except ResponseError:  # not a hash: no job of ours
                 return CancelResult.NOT_FOUND
@@ -47,10 +47,10 @@ class Control(Part):
             queue, name = text(origin), text(parked) if parked is not None else ""
             scope = text(line) if line is not None else ""
             reply = self.scripts.cancel(
-                hash=keys.job_key(job_id),
-                queue=queue_keys(queue),
-                parked=keys.parked_key(queue, name) if name else None,
-                line={"line": keys.parked_line(queue, scope), "slots": keys.slots_key(scope)}
+                hash=self.keys.job(job_id),
+                queue=self.keys.queue_keys(queue),
+                parked=self.keys.parked(queue, name) if name else None,
+                line={"line": self.keys.parked_line(queue, scope), "slots": self.keys.slots(scope)}
                 if scope
                 else None,
                 id=job_id,
@@ -70,9 +70,9 @@ class Control(Part):
         stamp = rq_timestamp(dt.datetime.now(dt.UTC))
         return int(
             self.scripts.run_now(
-                hash=keys.job_key(job_id),
-                queues_set=keys.QUEUES_SET,
-                queue=queue_keys(queue),
+                hash=self.keys.job(job_id),
+                queues_set=self.keys.queues_set,
+                queue=self.keys.queue_keys(queue),
                 id=job_id,
                 stamp=stamp,
             )
@@ -82,26 +82,28 @@ class Control(Part):
         """Pause a queue or a job type on this server (Redis time, who, why); False if it already was,
         and its record is kept."""
         return bool(
-            self.scripts.pause(paused=keys.PAUSED, field=keys.pause_field(kind, name), by=by, reason=reason)
+            self.scripts.pause(
+                paused=self.keys.paused, field=keys.pause_field(kind, name), by=by, reason=reason
+            )
         )
 
     def resume(self, kind: str, name: str) -> bool:
         """Lift a pause; False if there was none. A job type's parked jobs stay parked until
         :meth:`unpark` moves them (which it does only once the type is not paused)."""
-        return bool(self.connection.hdel(keys.PAUSED, keys.pause_field(kind, name)))
+        return bool(self.connection.hdel(self.keys.paused, keys.pause_field(kind, name)))
 
     def unpark(self, queue: str, name: str, batch: int = 500) -> tuple[int, int]:
         """Move up to ``batch`` parked jobs of type ``name`` back to the head of ``queue``, unless the
         type is paused (see ``lua/unpark.lua``); returns (moved, still parked)."""
         moved, left = self.scripts.unpark(
-            paused=keys.PAUSED,
-            parked_lists=keys.PARKED,
-            parked=keys.parked_key(queue, name),
-            queues_set=keys.QUEUES_SET,
-            queue=queue_keys(queue),
+            paused=self.keys.paused,
+            parked_lists=self.keys.parked_lists,
+            parked=self.keys.parked(queue, name),
+            queues_set=self.keys.queues_set,
+            queue=self.keys.queue_keys(queue),
             field=keys.pause_field("job", name),
             batch=batch,
-            prefix=keys.JOB_PREFIX,
+            prefix=self.keys.job_prefix,
             queue_name=queue,
             name=name,
         )

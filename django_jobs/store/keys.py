@@ -1,5 +1,7 @@
 """Every Redis key name django_jobs reads or writes, built here from the structures of
-:mod:`.lifecycle` (their patterns are the one spelling of each name) and nowhere else.
+:mod:`.lifecycle` (their patterns are the one spelling of each name) and nowhere else, in a
+:class:`Keyspace`: the names below are the standalone one's; a tagged keyspace (the cluster layout)
+puts ``{tag}`` before each of them but the shared ones (worker records, cron locks, counters, alerts).
 
 Jobs live where RQ keeps them, so ``rq info`` and the django-rq views read them:
 
@@ -47,58 +49,158 @@ from __future__ import annotations
 import datetime as dt
 
 from django_jobs.store import lifecycle as lc
-from django_jobs.store.lifecycle import QueueKeys, queue_layout
+from django_jobs.store.lifecycle import QueueKeys, Structure
 
-__all__ = ["QueueKeys", "queue_layout"]
+__all__ = ["STANDALONE", "Keyspace", "QueueKeys"]
 
-JOB_PREFIX = lc.JOB.prefix
-QUEUE_PREFIX = lc.QUEUE.prefix
-QUEUES_SET = lc.QUEUES.pattern
+#: Queues whose keys a keyspace keeps built.
+_QUEUES_KEPT = 256
+
+
+class Keyspace:
+    """The names of the keys of one namespace: each structure of :data:`.lifecycle.STRUCTURES` that is
+    not ``shared``, rendered for it. A :class:`~.machine.Store` builds every key through its keyspace.
+
+    The standalone keyspace (no ``tag``) gives the table's names as they are, RQ's own, so RQ's tools
+    read our jobs. A tagged one puts ``{tag}`` before every name: Redis Cluster hashes only what is
+    between the first braces, so all of a namespace's keys share one slot, and each transition stays
+    one script however the cluster's slots move."""
+
+    def __init__(self, tag: str = "") -> None:
+        if any(c in tag for c in "{}"):
+            raise ValueError(f"a keyspace's tag holds no brace, got {tag!r}")
+        self.tag = tag
+        self._brace = "{" + tag + "}" if tag else ""
+        self.job_prefix = self.prefix(lc.JOB)
+        self.queue_prefix = self.prefix(lc.QUEUE)
+        self.queues_set = self.name(lc.QUEUES)
+        self.leases = self.name(lc.LEASES)
+        self.lost = self.name(lc.LOST)
+        self.dying = self.name(lc.DYING)
+        self.vanished = self.name(lc.VANISHED)
+        self.paused = self.name(lc.PAUSED)
+        self.parked_lists = self.name(lc.PARKED_LISTS)
+        self.primary = self.name(lc.PRIMARY)
+        self.replication_mark = self.name(lc.REPLICATION_MARK)
+        self.slots_prefix = self.prefix(lc.SLOTS)
+        self.rates_prefix = self.prefix(lc.RATE)  # of every scope's rate counters
+        self._queue_keys: dict[str, dict[str, str]] = {}
+
+    def __repr__(self) -> str:
+        return f"Keyspace({self.tag!r})"
+
+    def name(self, structure: Structure, **parts: str) -> str:
+        """The key of ``structure`` with these parts, in this namespace (a shared one: as it is)."""
+        return structure.key(**parts) if structure.shared else self._brace + structure.key(**parts)
+
+    def prefix(self, structure: Structure) -> str:
+        """What every key of ``structure`` starts with, in this namespace."""
+        return structure.prefix if structure.shared else self._brace + structure.prefix
+
+    def job(self, job_id: str) -> str:
+        return self.job_prefix + job_id
+
+    def queue(self, queue: str) -> str:
+        return self.queue_prefix + queue
+
+    def priority(self, queue: str) -> tuple[str, str]:
+        """The sorted sets of the ready ids of ``queue`` with a priority above 0, and below 0."""
+        return self.name(lc.HIGH, queue=queue), self.name(lc.LOW, queue=queue)
+
+    def scheduled(self, queue: str) -> str:
+        return self.name(lc.SCHEDULED, queue=queue)
+
+    def parked(self, queue: str, name: str) -> str:
+        """Where the claim parks the jobs of ``queue`` whose type ``name`` is paused, in the order popped."""
+        return self.name(lc.PARKED, queue=queue, name=name)
+
+    def wip(self, queue: str) -> str:
+        return self.name(lc.WIP, queue=queue)
+
+    def failed(self, queue: str) -> str:
+        """RQ's failed registry of ``queue``: where a foreign worker leaves the jobs it failed."""
+        return self.name(lc.RQ_FAILED, queue=queue)
+
+    def results(self, job_id: str) -> str:
+        return self.name(lc.RQ_RESULTS, id=job_id)
+
+    def wake(self, queue: str) -> str:
+        return self.name(lc.WAKE, queue=queue)
+
+    def unique(self, key: str) -> str:
+        return self.name(lc.UNIQUE, key=key)
+
+    def slots(self, scope: str) -> str:
+        """The concurrency slots of a job type (its canonical name) or of a :func:`limit_scope`."""
+        return self.slots_prefix + scope
+
+    def rate_prefix(self, scope: str) -> str:
+        """The rate counters of ``scope`` are this prefix plus the window number (Redis time / period)."""
+        return self.name(lc.RATE, scope=scope, window="")
+
+    def parked_index(self, queue: str) -> str:
+        """The scopes of ``queue`` with jobs parked over their limit, by when maintenance looks next."""
+        return self.name(lc.LINES, queue=queue)
+
+    def parked_line(self, queue: str, scope: str) -> str:
+        """The jobs of ``queue`` parked over the limit of ``scope``, scored by their turn."""
+        return self.name(lc.LINE, queue=queue, scope=scope)
+
+    def layout(self, queue: str) -> QueueKeys:
+        """Every per-queue key of ``queue``, in the one order scripts take them in."""
+        high, low = self.priority(queue)
+        return QueueKeys(
+            self.queue(queue), self.scheduled(queue), self.wip(queue), high, low, self.wake(queue),
+            self.parked_index(queue),
+        )  # fmt: skip
+
+    def queue_keys(self, queue: str) -> dict[str, str]:
+        """:meth:`layout` by name, as a script's queue group takes it: built once per queue, shared,
+        not to be changed."""
+        found = self._queue_keys.get(queue)
+        if found is None:
+            if len(self._queue_keys) >= _QUEUES_KEPT:  # a name read from a planted hash: not kept forever
+                self._queue_keys.clear()
+            found = self._queue_keys[queue] = self.layout(queue)._asdict()
+        return found
+
+
+#: The standalone layout: the table's names, RQ's own. The names below are its.
+STANDALONE = Keyspace()
+
+JOB_PREFIX = STANDALONE.job_prefix
+QUEUES_SET = STANDALONE.queues_set
+LEASES = STANDALONE.leases
+LOST = STANDALONE.lost
+DYING = STANDALONE.dying
+VANISHED = STANDALONE.vanished
+PAUSED = STANDALONE.paused
+PARKED = STANDALONE.parked_lists
+PRIMARY = STANDALONE.primary
+REPLICATION_MARK = STANDALONE.replication_mark
+job_key = STANDALONE.job
+queue_key = STANDALONE.queue
+priority_keys = STANDALONE.priority
+scheduled_key = STANDALONE.scheduled
+parked_key = STANDALONE.parked
+wip_key = STANDALONE.wip
+failed_key = STANDALONE.failed
+wake_key = STANDALONE.wake
+unique_key = STANDALONE.unique
+slots_key = STANDALONE.slots
+rate_prefix = STANDALONE.rate_prefix
+parked_index = STANDALONE.parked_index
+parked_line = STANDALONE.parked_line
+queue_layout = STANDALONE.layout
+
+# The shared structures: one key whatever the namespace.
 WORKER_PREFIX = lc.WORKER.prefix
 WORKERS_SET = lc.WORKERS.pattern
-LEASES = lc.LEASES.pattern
-LOST = lc.LOST.pattern
-DYING = lc.DYING.pattern
-VANISHED = lc.VANISHED.pattern
 ALERT_DUE = lc.ALERT_DUE.pattern
-PAUSED = lc.PAUSED.pattern
-PARKED = lc.PARKED_LISTS.pattern
-PRIMARY = lc.PRIMARY.pattern
-REPLICATION_MARK = lc.REPLICATION_MARK.pattern
 #: Prefixes of the alert keys of one fingerprint (a script scanning ALERT_DUE appends the fingerprint).
 ALERT_WINDOW_PREFIX = lc.ALERT_WINDOW.prefix
 ALERT_COUNT_PREFIX = lc.ALERT_COUNT.prefix
 ALERT_LAST_PREFIX = lc.ALERT_LAST.prefix
-SLOTS_PREFIX = lc.SLOTS.prefix
-RATE_PREFIX = lc.RATE.prefix
-
-
-def job_key(job_id: str) -> str:
-    return JOB_PREFIX + job_id
-
-
-def queue_key(queue: str) -> str:
-    return QUEUE_PREFIX + queue
-
-
-def priority_keys(queue: str) -> tuple[str, str]:
-    """The sorted sets of the ready ids of ``queue`` with a priority above 0, and below 0."""
-    return lc.HIGH.key(queue=queue), lc.LOW.key(queue=queue)
-
-
-def ready_keys(queue: str) -> list[str]:
-    """Every place a ready job of ``queue`` waits for a worker: a cancel takes it out of each."""
-    return [queue_key(queue), *priority_keys(queue)]
-
-
-def scheduled_key(queue: str) -> str:
-    return lc.SCHEDULED.key(queue=queue)
-
-
-def waiting_keys(job_id: str, queue: str) -> list[str]:
-    """A job's hash, then every place it can wait in ``queue``: its scheduled set and ready places
-    (the KEYS the cancel and run-now scripts share)."""
-    return [job_key(job_id), scheduled_key(queue), *ready_keys(queue)]
 
 
 def pause_field(kind: str, name: str) -> str:
@@ -106,56 +208,10 @@ def pause_field(kind: str, name: str) -> str:
     return f"{kind}:{name}"
 
 
-def parked_key(queue: str, name: str) -> str:
-    """Where the claim parks the jobs of ``queue`` whose type ``name`` is paused, in the order popped."""
-    return lc.PARKED.key(queue=queue, name=name)
-
-
-def wip_key(queue: str) -> str:
-    return lc.WIP.key(queue=queue)
-
-
-def failed_key(queue: str) -> str:
-    """RQ's failed registry of ``queue``: where a foreign worker leaves the jobs it failed."""
-    return lc.RQ_FAILED.key(queue=queue)
-
-
-def results_key(job_id: str) -> str:
-    return lc.RQ_RESULTS.key(id=job_id)
-
-
-def wake_key(queue: str) -> str:
-    return lc.WAKE.key(queue=queue)
-
-
-def unique_key(key: str) -> str:
-    return lc.UNIQUE.key(key=key)
-
-
 def limit_scope(name: str, value: str) -> str:
     """What a per-key limit counts: one key value of the job type named ``name`` (canonical). A key
     value holds no newline, so the last one splits the two apart."""
     return f"{name}\n{value}"
-
-
-def slots_key(scope: str) -> str:
-    """The concurrency slots of a job type (its canonical name) or of a :func:`limit_scope`."""
-    return SLOTS_PREFIX + scope
-
-
-def rate_prefix(scope: str) -> str:
-    """The rate counters of ``scope`` are this prefix plus the window number (Redis time / period)."""
-    return lc.RATE.key(scope=scope, window="")
-
-
-def parked_index(queue: str) -> str:
-    """The scopes of ``queue`` with jobs parked over their limit, scored by when maintenance looks next."""
-    return lc.LINES.key(queue=queue)
-
-
-def parked_line(queue: str, scope: str) -> str:
-    """The jobs of ``queue`` parked over the limit of ``scope``, scored by their turn."""
-    return lc.LINE.key(queue=queue, scope=scope)
 
 
 def worker_key(name: str) -> str:
@@ -179,7 +235,8 @@ def stats_hour(when: dt.datetime) -> str:
 
 
 def quarantine_key(key: str, when: float) -> str:
-    """Where a structure key of the wrong type is moved aside, unchanged."""
+    """Where a structure key of the wrong type is moved aside, unchanged: its own name inside the
+    new one, so a tagged key keeps its tag first, and its hash slot (a rename stays on its node)."""
     return lc.QUARANTINE.key(key=key, when=f"{when:.6f}")
 
 

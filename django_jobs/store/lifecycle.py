@@ -115,12 +115,16 @@ class Member(enum.Enum):
 @dataclass(frozen=True)
 class Structure:
     """One kind of Redis key: its name pattern (``{part}`` placeholders; the text before the first is
-    its prefix), its type, and what it holds."""
+    its prefix), its type, and what it holds. ``shared``: one key for every queue of any namespace
+    (RQ's worker records, the cron locks, the counters, the alert gates), never touched by a script
+    together with a namespace's keys; every other structure lives in a queue's namespace
+    (``keys.Keyspace``), so on a Redis Cluster a transition's keys share one hash slot."""
 
     pattern: str
     kind: Kind
     member: Member
     doc: str
+    shared: bool = False
 
     @property
     def prefix(self) -> str:
@@ -131,15 +135,22 @@ class Structure:
 
 
 S = Structure
+
+
+def G(pattern: str, kind: Kind, member: Member, doc: str) -> Structure:
+    """A ``shared`` structure: one key for every namespace."""
+    return Structure(pattern, kind, member, doc, shared=True)
+
+
 # Jobs and queues, where RQ keeps them
 JOB = S("rq:job:{id}", Kind.HASH, Member.NONE, "the job hash; fields in F")
 QUEUE = S("rq:queue:{queue}", Kind.LIST, Member.ID, "ready ids of priority 0, FIFO")
 QUEUES = S("rq:queues", Kind.SET, Member.QUEUE_KEY, "the queue keys (RQ's own index)")
 SCHEDULED = S("rq:scheduled:{queue}", Kind.ZSET, Member.ID, "due time -> id: retries, delayed, snoozed")
 WIP = S("rq:wip:{queue}", Kind.ZSET, Member.TOKEN, "RQ's started registry, scored +inf (for its tools)")
-WORKER = S("rq:worker:{name}", Kind.HASH, Member.NONE, "RQ's worker record")
-WORKERS = S("rq:workers", Kind.SET, Member.NONE, "the worker keys")
-QUEUE_WORKERS = S("rq:workers:{queue}", Kind.SET, Member.NONE, "the worker keys of a queue")
+WORKER = G("rq:worker:{name}", Kind.HASH, Member.NONE, "RQ's worker record")
+WORKERS = G("rq:workers", Kind.SET, Member.NONE, "the worker keys")
+QUEUE_WORKERS = G("rq:workers:{queue}", Kind.SET, Member.NONE, "the worker keys of a queue")
 # What a foreign worker (an rqworker on a django_jobs queue) leaves: RQ's failed registry and results
 RQ_FAILED = S("rq:failed:{queue}", Kind.ZSET, Member.ID, "RQ's failed registry: jobs a foreign worker failed")
 RQ_RESULTS = S("rq:results:{id}", Kind.STREAM, Member.NONE, "RQ's results of a job: a foreign worker's error")
@@ -164,15 +175,29 @@ UNIQUE = S("djjobs:unique:{key}", Kind.STRING, Member.NONE, "the id of the job h
 # bookkeeping
 PRIMARY = S("djjobs:primary", Kind.HASH, Member.NONE, "the primary last seen (failover detection)")
 REPLICATION_MARK = S("djjobs:replmark", Kind.STRING, Member.NONE, "bumped by a replicated push")
-CRON_LOCK = S("djjobs:cron:{name}:{start}", Kind.STRING, Member.NONE, "a periodic run's fire lock")
-STATS_MINUTE = S("djjobs:stats:m:{minute}", Kind.HASH, Member.NONE, "outcome counters of a minute")
-STATS_HOUR = S("djjobs:stats:h:{hour}", Kind.HASH, Member.NONE, "outcome counters of an hour")
-ALERT_DUE = S("djjobs:alertdue", Kind.ZSET, Member.NONE, "alert groups whose window closes, by when")
-ALERT_WINDOW = S("djjobs:alert:{fingerprint}", Kind.STRING, Member.NONE, "an alert group's open window")
-ALERT_COUNT = S("djjobs:alertcount:{fingerprint}", Kind.STRING, Member.NONE, "dead letters not reported")
-ALERT_LAST = S("djjobs:alertlast:{fingerprint}", Kind.STRING, Member.NONE, "its last counted dead letter")
-QUARANTINE = S("djjobs:quarantine:{key}:{when}", Kind.STRING, Member.NONE, "a wrong-typed key, moved aside")
-del S
+CRON_LOCK = S(
+    "djjobs:cron:{name}:{start}", Kind.STRING, Member.NONE, "a periodic run's fire lock", shared=True
+)
+STATS_MINUTE = S(
+    "djjobs:stats:m:{minute}", Kind.HASH, Member.NONE, "outcome counters of a minute", shared=True
+)
+STATS_HOUR = G("djjobs:stats:h:{hour}", Kind.HASH, Member.NONE, "outcome counters of an hour")
+ALERT_DUE = S(
+    "djjobs:alertdue", Kind.ZSET, Member.NONE, "alert groups whose window closes, by when", shared=True
+)
+ALERT_WINDOW = S(
+    "djjobs:alert:{fingerprint}", Kind.STRING, Member.NONE, "an alert group's open window", shared=True
+)
+ALERT_COUNT = S(
+    "djjobs:alertcount:{fingerprint}", Kind.STRING, Member.NONE, "dead letters not reported", shared=True
+)
+ALERT_LAST = S(
+    "djjobs:alertlast:{fingerprint}", Kind.STRING, Member.NONE, "its last counted dead letter", shared=True
+)
+QUARANTINE = S(
+    "djjobs:quarantine:{key}:{when}", Kind.STRING, Member.NONE, "a wrong-typed key, moved aside", shared=True
+)
+del S, G
 
 STRUCTURES: dict[str, Structure] = {
     name: value for name, value in dict(globals()).items() if isinstance(value, Structure)
@@ -189,18 +214,6 @@ class QueueKeys(NamedTuple):
     low: str
     wake: str
     lines: str
-
-
-def queue_layout(queue: str) -> QueueKeys:
-    return QueueKeys(
-        QUEUE.key(queue=queue),
-        SCHEDULED.key(queue=queue),
-        WIP.key(queue=queue),
-        HIGH.key(queue=queue),
-        LOW.key(queue=queue),
-        WAKE.key(queue=queue),
-        LINES.key(queue=queue),
-    )
 
 
 class State(enum.Enum):

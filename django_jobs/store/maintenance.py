@@ -15,17 +15,18 @@ from redis.exceptions import ResponseError
 
 from django_jobs.store import keys, model
 from django_jobs.store.claim import limit_entries
+from django_jobs.store.keys import Keyspace
 from django_jobs.store.model import VanishedId
 from django_jobs.store.record import rq_timestamp, text, to_bytes
-from django_jobs.store.scripts import Part, queue_keys
+from django_jobs.store.scripts import Part
 
 
 @functools.lru_cache(maxsize=64)
-def _keyed(limits: str) -> str:
+def _keyed(space: Keyspace, limits: str) -> str:
     """The limits of the names with ``limit_key``, as the claim's entries hold them, by their scope's
     prefix (``<canonical name>\\n``), each with its type's field in the paused hash (a paused type's
     lines are not woken): a type's slots are the claim's business only."""
-    entries = limit_entries(limits, [])
+    entries = limit_entries(space, limits, [])
     return json.dumps({
         entry["scope"]: entry | {"paused_field": keys.pause_field("job", entry["scope"][:-1])}
         for entry in entries.values() if "scope" in entry
@@ -40,16 +41,16 @@ class Maintenance(Part):
         key's limit (``limits``: ``registry.limits_json()``) in lines due to be looked at whose key has
         room again; returns the three counts."""
         lost, promoted, woken = self.scripts.maintain(
-            leases=keys.LEASES,
-            lost=keys.LOST,
-            dying=keys.DYING,
-            queues_set=keys.QUEUES_SET,
-            paused=keys.PAUSED,
-            queue=[queue_keys(queue) for queue in queues],
+            leases=self.keys.leases,
+            lost=self.keys.lost,
+            dying=self.keys.dying,
+            queues_set=self.keys.queues_set,
+            paused=self.keys.paused,
+            queue=[self.keys.queue_keys(queue) for queue in queues],
             batch=batch,
             stamp=rq_timestamp(dt.datetime.now(dt.UTC)),  # RQ's meaning: when the job was put on its queue
-            prefix=keys.JOB_PREFIX,
-            keyed=_keyed(limits),
+            prefix=self.keys.job_prefix,
+            keyed=_keyed(self.keys, limits),
             recheck=model.PARK_RECHECK,
             hold=model.TURN_HOLD,  # read at each call: a test shortens it
         )
@@ -60,11 +61,11 @@ class Maintenance(Part):
 
     def lost_tokens(self, limit: int = 100) -> list[bytes]:
         """Lost attempts due to be settled, as raw bytes: whatever was planted, the scan never fails."""
-        return self._due(keys.LOST, 0, limit)
+        return self._due(self.keys.lost, 0, limit)
 
     def dying(self, older_than: float, limit: int = 100) -> list[bytes]:
         """Jobs stuck between "dead" and "row written" for longer than ``older_than`` seconds (raw ids)."""
-        return self._due(keys.DYING, older_than, limit)
+        return self._due(self.keys.dying, older_than, limit)
 
     def defer(self, key: str, member: bytes, seconds: float) -> None:
         """Put one member of LOST, DYING or VANISHED behind the others, so a scan's head always moves on."""
@@ -78,19 +79,19 @@ class Maintenance(Part):
     def vanished(self, limit: int = 100) -> list[VanishedId]:
         """Ids the claim found without a hash that are due, oldest first (a deferred one waits)."""
         found = []
-        for member in self._due(keys.VANISHED, 0, limit):
+        for member in self._due(self.keys.vanished, 0, limit):
             queue, _, job_id = text(member).partition("\n")
             found.append(VanishedId(member, queue, job_id))
         return found
 
     def forget_vanished(self, item: VanishedId) -> bool:
         """Drop an id whose dead letter exists; False if another runjobs already did."""
-        return bool(self.connection.zrem(keys.VANISHED, item.member))
+        return bool(self.connection.zrem(self.keys.vanished, item.member))
 
     def foreign_failures(self, queue: str, *, start: int = 0, limit: int = 100) -> list[str]:
         """Ids in RQ's failed registry of ``queue`` (jobs a foreign worker failed, or RQ's own), from
         the ``start``-th on."""
-        failed = keys.failed_key(queue)
+        failed = self.keys.failed(queue)
         members: list[bytes] = self.connection.zrange(failed, start, start + limit - 1)  # type: ignore[assignment]
         return [text(member) for member in members]
 
@@ -98,7 +99,7 @@ class Maintenance(Part):
         """The error RQ recorded for the job's last run (``exc_string`` of its results stream, which
         RQ compresses), or "" if it recorded none that can be read."""
         try:
-            entries = self.connection.xrevrange(keys.results_key(job_id), count=1)
+            entries = self.connection.xrevrange(self.keys.results(job_id), count=1)
         except ResponseError:  # not a stream
             return ""
         raw = (entries[0][1] or {}).get(b"exc_string", b"") if entries else b""
@@ -113,17 +114,17 @@ class Maintenance(Part):
         """Move a django_jobs job a foreign worker failed into dying, its payload restored; False if it
         is not one (any more)."""
         moved = self.scripts.reclaim(
-            registry=keys.failed_key(queue), hash=keys.job_key(job_id), dying=keys.DYING,
+            registry=self.keys.failed(queue), hash=self.keys.job(job_id), dying=self.keys.dying,
             id=job_id, data=data, reason=reason, exception=exception, message=message,
         )  # fmt: skip
         return bool(moved)
 
     def buried(self, job_id: str, ttl: int) -> None:
-        self.settled(keys.DYING, to_bytes(job_id), to_bytes(job_id), ttl)
+        self.settled(self.keys.dying, to_bytes(job_id), to_bytes(job_id), ttl)
 
     def settled(self, key: str, member: bytes, job_id: bytes, ttl: int, queue: str = "") -> None:
         """Drop a member of ``key`` whose dead letter is written; its job hash expires after ``ttl``."""
-        wip = keys.wip_key(queue) if queue else None
+        wip = self.keys.wip(queue) if queue else None
         self.scripts.buried(
-            holder=key, hash=keys.JOB_PREFIX.encode() + job_id, wip=wip, member=member, ttl=ttl
+            holder=key, hash=self.keys.job_prefix.encode() + job_id, wip=wip, member=member, ttl=ttl
         )

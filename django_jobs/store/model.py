@@ -127,22 +127,22 @@ class Scope:
     def member(self) -> str:
         return keys.limit_scope(self.name, self.value)
 
-    def places(self, queue: str) -> dict[str, str]:
-        """What the scripts' ``scope`` is given: its slots, its line in ``queue``, the paused hash (a
-        paused type's line is not woken), and :meth:`arg`."""
+    def places(self, queue: str, space: keys.Keyspace) -> dict[str, str]:
+        """What the scripts' ``scope`` is given, in the namespace ``space``: its slots, its line in
+        ``queue``, the paused hash (a paused type's line is not woken), and :meth:`arg`."""
         return {
-            "slots": keys.slots_key(self.member),
-            "line": keys.parked_line(queue, self.member),
-            "paused": keys.PAUSED,
-            "limits": self.arg(),
+            "slots": space.slots(self.member),
+            "line": space.parked_line(queue, self.member),
+            "paused": space.paused,
+            "limits": self.arg(space),
         }
 
-    def arg(self) -> str:
+    def arg(self, space: keys.Keyspace) -> str:
         """What ``next_turn`` in ``lua/fair.lua`` reads: the limits, the rate counter and job hash
         prefixes, the member of the index, how long a job it wakes holds the slot, and its type's
         field in the paused hash."""
         limits = {"concurrency": self.concurrency, "rate": self.rate, "period": self.period}
-        prefixes = {"rate_prefix": keys.rate_prefix(self.member), "prefix": keys.JOB_PREFIX}
+        prefixes = {"rate_prefix": space.rate_prefix(self.member), "prefix": space.job_prefix}
         turn = {"scope": self.member, "hold": TURN_HOLD, "paused_field": keys.pause_field("job", self.name)}
         return json.dumps({**limits, **prefixes, **turn})
 

@@ -7,12 +7,12 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from django_jobs.store import keys
 from django_jobs.store.interface import Packer
+from django_jobs.store.keys import Keyspace
 from django_jobs.store.lifecycle import F
 from django_jobs.store.model import Pushable
 from django_jobs.store.record import text
-from django_jobs.store.scripts import INTERFACES, Part, queue_keys
+from django_jobs.store.scripts import INTERFACES, Part
 
 #: Wake-up tokens a push leaves at most in a queue's wake list.
 WAKE_CAP = 64
@@ -21,14 +21,16 @@ UNIQUE_TTL = 7 * 24 * 3600
 
 
 def push_calls(
-    batch: Sequence[Pushable], chunk: int = 500, extra: Mapping[str, Any] | None = None
+    space: Keyspace, batch: Sequence[Pushable], chunk: int = 500, extra: Mapping[str, Any] | None = None
 ) -> list[tuple[list[Any], list[Any]]]:
     """The push script's calls for ``batch``: KEYS and ARGV per chunk of jobs; ``extra``: fields
     every job's hash gets besides its own."""
-    return [_push_call(batch[start : start + chunk], extra) for start in range(0, len(batch), chunk)]
+    return [_push_call(space, batch[start : start + chunk], extra) for start in range(0, len(batch), chunk)]
 
 
-def _push_call(jobs: Sequence[Pushable], extra: Mapping[str, Any] | None) -> tuple[list[Any], list[Any]]:
+def _push_call(
+    space: Keyspace, jobs: Sequence[Pushable], extra: Mapping[str, Any] | None
+) -> tuple[list[Any], list[Any]]:
     """One push: each queue named once (a job says its queue's number), each job's hash, each marker."""
     number: dict[str, int] = {}
     hashes, markers, batch = [], [], []
@@ -36,27 +38,27 @@ def _push_call(jobs: Sequence[Pushable], extra: Mapping[str, Any] | None) -> tup
     for j in jobs:
         if j.queue not in number:
             number[j.queue] = len(number) + 1
-        hashes.append(keys.job_key(j.id))
+        hashes.append(space.job(j.id))
         marker = 0
         if j.unique_key:
-            markers.append(keys.unique_key(j.unique_key))
+            markers.append(space.unique(j.unique_key))
             marker = len(markers)
         fields = [item for pair in j.fields().items() for item in pair] + added
         batch.append([j.id, number[j.queue], j.due, fields, marker, j.debounce, j.priority])
-    return _packer(tuple(number))(job=hashes, marker=markers, jobs=json.dumps(batch))
+    return _packer(space, tuple(number))(job=hashes, marker=markers, jobs=json.dumps(batch))
 
 
 @functools.lru_cache(maxsize=64)
-def _packer(queues: tuple[str, ...]) -> Packer:
+def _packer(space: Keyspace, queues: tuple[str, ...]) -> Packer:
     """The packer of the pushes to these queues (in this order): its fixed keys and arguments, the
     queues' keys included, packed once, so a push of one job costs only its own names."""
     return INTERFACES["push"].packer(
-        queues_set=keys.QUEUES_SET,
+        queues_set=space.queues_set,
         wake_cap=WAKE_CAP,
         unique_ttl=UNIQUE_TTL,
-        prefix=keys.JOB_PREFIX,
-        sched_prefix=keys.scheduled_key(""),
-        queue=[queue_keys(queue) for queue in queues],
+        prefix=space.job_prefix,
+        sched_prefix=space.scheduled(""),
+        queue=[space.queue_keys(queue) for queue in queues],
     )
 
 
@@ -68,7 +70,7 @@ class Pushing(Part):
     ) -> set[str]:
         """Push jobs in one round trip; returns the ids not pushed (already there, or unique duplicates).
         ``extra``: fields every job's hash gets besides its own (``F.LEDGER``)."""
-        calls = push_calls(list(jobs), chunk, extra)
+        calls = push_calls(self.keys, list(jobs), chunk, extra)
         seen: set[str] = set()
         if not calls:
             return seen
@@ -89,5 +91,5 @@ class Pushing(Part):
         back, so that no one takes the missing row for the trace of a job that ran."""
         with self.connection.pipeline(transaction=False) as pipe:
             for job_id in ids:
-                pipe.hdel(keys.job_key(job_id), F.LEDGER)
+                pipe.hdel(self.keys.job(job_id), F.LEDGER)
             pipe.execute()

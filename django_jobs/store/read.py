@@ -21,6 +21,7 @@ from redis.exceptions import ResponseError
 from django_jobs.store import keys
 from django_jobs.store import lifecycle as lc
 from django_jobs.store.interface import Packer
+from django_jobs.store.keys import Keyspace
 from django_jobs.store.lifecycle import F, State, Status
 from django_jobs.store.model import Pause
 from django_jobs.store.record import JobRecord, int_field, split_token, text, to_text
@@ -102,9 +103,10 @@ def pauses_of(raw: Any) -> dict[str, Pause]:
 class _Look:
     """The second round trip for one job: the commands its hash calls for, then what they found."""
 
-    def __init__(self, record: JobRecord, pauses: Mapping[str, Pause]) -> None:
+    def __init__(self, record: JobRecord, pauses: Mapping[str, Pause], space: Keyspace) -> None:
         self.record = record
         self.pauses = pauses
+        self.space = space
         self.reads: list[Callable[[Any], None]] = []
         self.where: dict[str, Any] = {}
 
@@ -114,16 +116,16 @@ class _Look:
         self.where["priority"] = int_field(record.fields, F.PRIORITY, 0)
         self.where["worker"] = record.worker
         if status is Status.SCHEDULED:
-            self._ask(pipe.zscore(keys.scheduled_key(queue), record.id), self._scheduled)
+            self._ask(pipe.zscore(self.space.scheduled(queue), record.id), self._scheduled)
         elif status is Status.QUEUED:
             self._queued(pipe)
         elif status is Status.STARTED:
-            self._scan(pipe, keys.LEASES, 0)
-            self._scan(pipe, keys.LOST, 0)
+            self._scan(pipe, self.space.leases, 0)
+            self._scan(pipe, self.space.lost, 0)
         if status is None or status is Status.FAILED:
-            self._ask(pipe.zscore(keys.DYING, record.id), self._dying)
+            self._ask(pipe.zscore(self.space.dying, record.id), self._dying)
         if status is Status.FAILED:
-            self._ask(pipe.zscore(keys.failed_key(queue), record.id), self._foreign)
+            self._ask(pipe.zscore(self.space.failed(queue), record.id), self._foreign)
 
     def _ask(self, _: Any, read: Callable[[Any], None]) -> None:
         self.reads.append(read)
@@ -133,19 +135,19 @@ class _Look:
         parked, line = record.text(F.PARKED), record.text(F.LINE)
         self.where["line"] = line
         if parked:
-            key = keys.parked_key(queue, parked)
+            key = self.space.parked(queue, parked)
             self.where.update(
                 key=key, state=State.PARKED, pause=self.pauses.get(keys.pause_field("job", parked))
             )
             self._ask(pipe.lpos(key, record.id), self._position)
             return
         if line:
-            key = keys.parked_line(queue, line)
+            key = self.space.parked_line(queue, line)
             self._ask(pipe.zrank(key, record.id), lambda rank: self._in_line(key, rank))
-        high, low = keys.priority_keys(queue)
+        high, low = self.space.priority(queue)
         self._ask(pipe.zrank(high, record.id), lambda rank: self._ready(high, rank))
         self._ask(pipe.zrank(low, record.id), lambda rank: self._ready(low, rank))
-        list_key = keys.queue_key(queue)
+        list_key = self.space.queue(queue)
         self._ask(pipe.lpos(list_key, record.id, maxlen=LIST_LOOK), lambda at: self._ready(list_key, at))
 
     def _position(self, at: Any) -> None:
@@ -172,15 +174,15 @@ class _Look:
         due = _score(score)
         if due is not None:
             state = lc.scheduled_state(self.record.fields)
-            self.where.update(key=keys.scheduled_key(self.record.queue), state=state, due=due)
+            self.where.update(key=self.space.scheduled(self.record.queue), state=state, due=due)
 
     def _dying(self, score: Any) -> None:
         if _score(score) is not None:
-            self.where.update(key=keys.DYING, state=State.DYING)
+            self.where.update(key=self.space.dying, state=State.DYING)
 
     def _foreign(self, score: Any) -> None:
         if _score(score) is not None:
-            self.where.update(key=keys.failed_key(self.record.queue), state=State.FOREIGN)
+            self.where.update(key=self.space.failed(self.record.queue), state=State.FOREIGN)
 
     def _scan(self, pipe: Any, key: str, cursor: int) -> None:
         pipe.zscan(key, cursor, match=f"{self.record.id}:*", count=SCAN_PAGE)
@@ -191,7 +193,7 @@ class _Look:
         for member, score in members:
             token = text(member)
             if split_token(token) == self.record.id:
-                running = key == keys.LEASES
+                running = key == self.space.leases
                 state = State.RUNNING if running else State.LOST
                 self.where.update(key=key, state=state, token=token, lease_expires=score if running else None)
         if cursor and "token" not in self.where:
@@ -229,19 +231,21 @@ class _Look:
             return State.HELD
         if F.LINE in self.record.fields:
             return State.TURN
-        return State.WAITING_PRIORITY if where.get("key", "").startswith(lc.HIGH.prefix) else State.WAITING
+        prioritized = where.get("key", "").startswith(self.space.prefix(lc.HIGH))
+        return State.WAITING_PRIORITY if prioritized else State.WAITING
 
 
-def locate(connection: Redis, job_ids: Sequence[str], queues: Sequence[str] = ()) -> dict[str, Where]:
-    """Where each of ``job_ids`` is. An id whose hash is gone is looked for among the vanished ids of
-    ``queues`` (no hash names its queue)."""
+def locate(store: Part, job_ids: Sequence[str], queues: Sequence[str] = ()) -> dict[str, Where]:
+    """Where each of ``job_ids`` of ``store``'s namespace is. An id whose hash is gone is looked for
+    among the vanished ids of ``queues`` (no hash names its queue)."""
+    connection, space = store.connection, store.keys
     with connection.pipeline(transaction=False) as pipe:
         for job_id in job_ids:
-            pipe.hgetall(keys.job_key(job_id))
-        pipe.hgetall(keys.PAUSED)
+            pipe.hgetall(space.job(job_id))
+        pipe.hgetall(space.paused)
         *hashes, raw_pauses = pipe.execute(raise_on_error=False)
     pauses = pauses_of(raw_pauses)
-    looks = [_Look(_record(job_id, raw), pauses) for job_id, raw in zip(job_ids, hashes, strict=True)]
+    looks = [_Look(_record(job_id, raw), pauses, space) for job_id, raw in zip(job_ids, hashes, strict=True)]
     gone = [look for look in looks if look.record.readable and not look.record.exists]
     pending = [look for look in looks if look.record.exists]
     with connection.pipeline(transaction=False) as pipe:
@@ -250,7 +254,7 @@ def locate(connection: Redis, job_ids: Sequence[str], queues: Sequence[str] = ()
         for look in gone:
             for queue in queues:
                 member = f"{queue}\n{look.record.id}"
-                look._ask(pipe.zscore(keys.VANISHED, member), functools.partial(_vanished, look))
+                look._ask(pipe.zscore(space.vanished, member), functools.partial(_vanished, look))
         replies = iter(pipe.execute(raise_on_error=False))
     for look in pending + gone:
         look.finish([next(replies) for _ in look.reads])
@@ -265,7 +269,7 @@ def locate(connection: Redis, job_ids: Sequence[str], queues: Sequence[str] = ()
 
 def _vanished(look: _Look, score: Any) -> None:
     if _score(score) is not None:
-        look.where.update(key=keys.VANISHED, state=State.VANISHED)
+        look.where.update(key=look.space.vanished, state=State.VANISHED)
 
 
 def ended(record: JobRecord) -> State | None:
@@ -275,9 +279,9 @@ def ended(record: JobRecord) -> State | None:
     return lc.ended_state(status, record.fields) if status in lc.ENDED else None
 
 
-def where(connection: Redis, job_id: str, queues: Sequence[str] = ()) -> Where:
+def where(store: Part, job_id: str, queues: Sequence[str] = ()) -> Where:
     """:func:`locate` of one id."""
-    return locate(connection, [job_id], queues)[job_id]
+    return locate(store, [job_id], queues)[job_id]
 
 
 @dataclass(frozen=True)
@@ -336,7 +340,7 @@ class Reads(Part):
         found: dict[str, str | None] = {}
         for start in range(0, len(job_ids), STATUS_BATCH):
             chunk = job_ids[start : start + STATUS_BATCH]
-            replies = self.scripts.statuses.script(*pack(job=[keys.job_key(job_id) for job_id in chunk]))
+            replies = self.scripts.statuses.script(*pack(job=[self.keys.job(job_id) for job_id in chunk]))
             found.update(
                 (job_id, None if status is None else text(status))
                 for job_id, status in zip(chunk, replies, strict=True)
@@ -345,11 +349,11 @@ class Reads(Part):
 
     def pauses(self) -> list[Pause]:
         """Every pause on this server: one HGETALL of a small hash."""
-        return _pauses(self.connection.hgetall(keys.PAUSED))  # type: ignore[arg-type]
+        return _pauses(self.connection.hgetall(self.keys.paused))  # type: ignore[arg-type]
 
     def parked_lists(self) -> list[tuple[str, str]]:
         """(queue, job type) of each parked list that may hold jobs; garbage members are skipped."""
-        return parked_pairs(self.connection.smembers(keys.PARKED))  # type: ignore[arg-type]
+        return parked_pairs(self.connection.smembers(self.keys.parked_lists))  # type: ignore[arg-type]
 
     def held(self, record: JobRecord) -> bool:
         """Whether a queued job waits for a pause to be lifted: it is parked, or its queue or its job
@@ -358,7 +362,7 @@ class Reads(Part):
             return True
         fields = [keys.pause_field("queue", record.queue), keys.pause_field("job", record.name)]
         try:
-            return any(value is not None for value in self.connection.hmget(keys.PAUSED, fields))
+            return any(value is not None for value in self.connection.hmget(self.keys.paused, fields))
         except ResponseError:  # the paused hash is garbage (runjobs moves it aside): nothing it says
             return False
 
@@ -366,23 +370,23 @@ class Reads(Part):
         """What a work process reads once a second for its claims, in one round trip: :meth:`pauses`,
         and which of ``queues`` have jobs in their high-priority set."""
         with self.connection.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.PAUSED)
+            pipe.hgetall(self.keys.paused)
             for queue in queues:
-                pipe.exists(keys.priority_keys(queue)[0])
+                pipe.exists(self.keys.priority(queue)[0])
             raw, *found = pipe.execute()
         return _pauses(raw), {queue for queue, n in zip(queues, found, strict=True) if n}
 
     def pause_state(self) -> tuple[list[Pause], list[tuple[str, str]]]:
         """:meth:`pauses` and :meth:`parked_lists` in one round trip."""
         with self.connection.pipeline(transaction=False) as pipe:
-            pipe.hgetall(keys.PAUSED)
-            pipe.smembers(keys.PARKED)
+            pipe.hgetall(self.keys.paused)
+            pipe.smembers(self.keys.parked_lists)
             raw, members = pipe.execute()
         return _pauses(raw), parked_pairs(members)
 
     def cancel_requested(self, job_id: str) -> bool:
         """Whether the job's cancel was requested (it may be running still)."""
-        return bool(self.connection.hexists(keys.job_key(job_id), F.CANCEL))
+        return bool(self.connection.hexists(self.keys.job(job_id), F.CANCEL))
 
     def record(self, job_id: str | bytes) -> JobRecord:
         """The job's record, read once; a key that is not a hash gives an unreadable record."""
@@ -394,12 +398,12 @@ class Reads(Part):
 
     def due_at(self, job_id: str, queue: str) -> float | None:
         """When a scheduled job (a retry, a delayed or a limit-deferred job) is due, Unix time."""
-        score = self.connection.zscore(keys.scheduled_key(queue), job_id)
+        score = self.connection.zscore(self.keys.scheduled(queue), job_id)
         return float(score) if score is not None else None
 
     def job_fields(self, job_id: str | bytes) -> dict[str, bytes]:
         """The job hash; field names that are not UTF-8 come back as :func:`to_text` strings."""
-        key = keys.JOB_PREFIX.encode() + job_id if isinstance(job_id, bytes) else keys.job_key(job_id)
+        key = self.keys.job_prefix.encode() + job_id if isinstance(job_id, bytes) else self.keys.job(job_id)
         raw: dict[bytes, bytes] = self.connection.hgetall(key)  # type: ignore[assignment]
         return {to_text(k): v for k, v in raw.items()}
 
@@ -409,8 +413,8 @@ class Reads(Part):
         with self.connection.pipeline(transaction=False) as pipe:
             pipe.time()
             for queue in queues:
-                pipe.zrange(keys.scheduled_key(queue), 0, 0, withscores=True)
-                pipe.zrange(keys.parked_index(queue), 0, 0, withscores=True)
+                pipe.zrange(self.keys.scheduled(queue), 0, 0, withscores=True)
+                pipe.zrange(self.keys.parked_index(queue), 0, 0, withscores=True)
             (now_s, now_us), *firsts = pipe.execute()
         dues = [float(first[0][1]) for first in firsts if first]
         return min(dues) - (now_s + now_us / 1e6) if dues else None

@@ -12,11 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import NoScriptError
 
-from django_jobs.store import keys
 from django_jobs.store.machine import Store
 from django_jobs.store.model import Pushable
 from django_jobs.store.push import push_calls
@@ -34,7 +32,7 @@ class Confirmed:
 
 def push_confirmed(store: Store, jobs: Iterable[Pushable], replicas: int, timeout: float) -> Confirmed:
     """Push ``jobs`` and wait up to ``timeout`` seconds for ``replicas`` replicas, in one round trip."""
-    calls = push_calls(list(jobs))
+    calls = push_calls(store.keys, list(jobs))
     if not calls:
         return Confirmed(set(), replicas)
     script = load(store.connection, "push")
@@ -42,7 +40,7 @@ def push_confirmed(store: Store, jobs: Iterable[Pushable], replicas: int, timeou
         with store.connection.pipeline(transaction=False) as pipe:
             for call_keys, call_args in calls:
                 pipe.evalsha(script.sha, len(call_keys), *call_keys, *call_args)
-            _wait(pipe, replicas, timeout)
+            _wait(store, pipe, replicas, timeout)
             try:
                 *results, _, acked = pipe.execute()
             except NoScriptError:  # a new primary (failover, restart) that has not seen the script
@@ -54,19 +52,19 @@ def push_confirmed(store: Store, jobs: Iterable[Pushable], replicas: int, timeou
     raise AssertionError("unreachable")
 
 
-def _wait(pipe: Pipeline, replicas: int, timeout: float) -> None:
+def _wait(store: Store, pipe: Pipeline, replicas: int, timeout: float) -> None:
     """Queue ``WAIT`` for ``replicas`` replicas. A push of a job already there writes nothing, and WAIT
     waits only for this connection's last write: the mark's bump makes it cover everything the primary
     has acknowledged so far."""
-    pipe.incr(keys.REPLICATION_MARK)
+    pipe.incr(store.keys.replication_mark)
     pipe.wait(replicas, max(1, int(timeout * 1000)))
 
 
-def confirm(connection: Redis, replicas: int, timeout: float) -> int:
+def confirm(store: Store, replicas: int, timeout: float) -> int:
     """How many replicas (up to ``replicas``, waiting at most ``timeout`` s) have every write the primary
     acknowledged before this call: the relay's check of pushes it made earlier, in one round trip."""
-    with connection.pipeline(transaction=False) as pipe:
-        _wait(pipe, replicas, timeout)
+    with store.connection.pipeline(transaction=False) as pipe:
+        _wait(store, pipe, replicas, timeout)
         _, acked = pipe.execute()
     return int(acked)
 
@@ -84,12 +82,12 @@ class Primary:
     recorded: bool = True  # whether the server holds a primary's identity (no: new, or it lost its data)
 
 
-def read_primary(connection: Redis) -> Primary:
+def read_primary(store: Store) -> Primary:
     """The server's identity and replication state, from ``INFO`` (one round trip)."""
-    with connection.pipeline(transaction=False) as pipe:
+    with store.connection.pipeline(transaction=False) as pipe:
         pipe.info("server")
         pipe.info("replication")
-        pipe.hmget(keys.PRIMARY, "changed_at", "run_id")
+        pipe.hmget(store.keys.primary, "changed_at", "run_id")
         server, replication, (changed_at, recorded) = pipe.execute()
     lags = [
         float(value.get("lag", 0))
@@ -107,10 +105,10 @@ def read_primary(connection: Redis) -> Primary:
     )
 
 
-def note_primary(connection: Redis, primary: Primary) -> tuple[bool, float | None]:
+def note_primary(store: Store, primary: Primary) -> tuple[bool, float | None]:
     """Record ``primary`` as the server's identity; True if it differs from the one last recorded
     there (a failover or a restart happened since), and when the last change was recorded."""
-    changed, changed_at = load(connection, "primary")(
-        keys=[keys.PRIMARY], args=[primary.run_id, primary.replid]
+    changed, changed_at = load(store.connection, "primary")(
+        keys=[store.keys.primary], args=[primary.run_id, primary.replid]
     )
     return bool(changed), float(changed_at) if changed_at else None

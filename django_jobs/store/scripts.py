@@ -23,7 +23,7 @@ from redis.commands.core import Script
 from redis.exceptions import ConnectionError, NoScriptError, TimeoutError
 
 from django_jobs.store.interface import Group, Interface, Times
-from django_jobs.store.keys import QueueKeys, queue_layout
+from django_jobs.store.keys import Keyspace, QueueKeys
 from django_jobs.store.lifecycle import GATES, F, State, Status
 
 #: The scores of one priority in a queue's priority sets (``lua/ready.lua``): 201 bands of 2^44 stay
@@ -43,12 +43,6 @@ class Ending(enum.StrEnum):
 #: The keys of one queue, in this order, wherever a script is given a queue (``<group>.list`` ...):
 #: the lifecycle's one per-queue layout.
 QUEUE = QueueKeys._fields
-
-
-@functools.lru_cache(maxsize=256)
-def queue_keys(queue: str) -> dict[str, str]:
-    """The :data:`QUEUE` keys of ``queue`` by name (not to be changed: it is shared)."""
-    return queue_layout(queue)._asdict()
 
 
 #: A scope of a limit key (``lua/fair.lua``): its slots and its line in the job's queue, and its
@@ -315,7 +309,9 @@ class Scripts:
 
 
 class Part:
-    """What each part of :class:`~.machine.Store` works with: its connection and its scripts."""
+    """What each part of :class:`~.machine.Store` works with: its connection, its keyspace (every key
+    it names), and its scripts."""
 
     connection: Redis
+    keys: Keyspace
     scripts: Scripts

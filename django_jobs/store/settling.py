@@ -7,11 +7,11 @@ import datetime as dt
 import functools
 from typing import Any
 
-from django_jobs.store import keys
 from django_jobs.store.interface import Packer
+from django_jobs.store.keys import Keyspace
 from django_jobs.store.model import Scope, Settled
 from django_jobs.store.record import rq_timestamp, split_token, to_bytes
-from django_jobs.store.scripts import INTERFACES, Ending, Part, queue_keys
+from django_jobs.store.scripts import INTERFACES, Ending, Part
 
 
 def _ending(delay: float | None, cancel: bool) -> Ending:
@@ -23,11 +23,11 @@ def _ending(delay: float | None, cancel: bool) -> Ending:
 
 
 @functools.lru_cache(maxsize=256)
-def _packer(script: str, queue: str) -> Packer:
+def _packer(keys: Keyspace, script: str, queue: str) -> Packer:
     """The packer of a settling script's calls for the jobs of ``queue``: the leases, the lost (and
     the dying) set and the queue's keys packed once."""
-    fixed = {"leases": keys.LEASES, "lost": keys.LOST, "queue": queue_keys(queue)}
-    return INTERFACES[script].packer(**fixed, **({"dying": keys.DYING} if script == "fail" else {}))
+    fixed = {"leases": keys.leases, "lost": keys.lost, "queue": keys.queue_keys(queue)}
+    return INTERFACES[script].packer(**fixed, **({"dying": keys.dying} if script == "fail" else {}))
 
 
 class Settling(Part):
@@ -36,10 +36,10 @@ class Settling(Part):
     def _settle(self, script: str, token: str, queue: str, scope: Scope | None, **named: Any) -> Settled:
         """Run a settling script with the names they all share (the job, its token, its scope, the
         stamp) and its own ``named``."""
-        call = _packer(script, queue)(
-            hash=keys.job_key(split_token(token)),
+        call = _packer(self.keys, script, queue)(
+            hash=self.keys.job(split_token(token)),
             token=token,
-            scope=scope.places(queue) if scope else None,
+            scope=scope.places(queue, self.keys) if scope else None,
             stamp=rq_timestamp(dt.datetime.now(dt.UTC)),
             **named,
         )
@@ -68,7 +68,7 @@ class Settling(Part):
             token,
             queue,
             scope,
-            held=keys.LOST if lost else keys.LEASES,
+            held=self.keys.lost if lost else self.keys.leases,
             mode=_ending(delay, cancel),
             delay=delay or 0,
             finished_ttl=finished_ttl,

@@ -14,7 +14,7 @@ from django_jobs.client.backends import capture
 from django_jobs.client.backends.capture import Captured, CapturedJob
 from django_jobs.conf import jobs_settings
 from django_jobs.core import execution, registry
-from django_jobs.core.connections import by_server, get_connection, home, queue_configs, store_of
+from django_jobs.core.connections import by_server, home, queue_configs, store_of
 from django_jobs.flow.pausing import Held
 from django_jobs.store import Finished, Store, browse
 from django_jobs.telemetry import history, stats
@@ -81,9 +81,9 @@ def _due_now(names: Sequence[str]) -> int:
     many moved."""
     moved = 0
     for queue in names:
-        connection = get_connection(queue)
-        waiting, _ = browse.ids(connection, queue, browse.Listing.SCHEDULED, 0, BATCH)
-        moved += sum(Store.of(connection).run_now(job_id, queue) == 1 for job_id in waiting)
+        store = store_of(queue)
+        waiting, _ = browse.ids(store, queue, browse.Listing.SCHEDULED, 0, BATCH)
+        moved += sum(store.run_now(job_id, queue) == 1 for job_id in waiting)
     return moved
 
 

@@ -174,8 +174,8 @@ class Ledger:
     def watch_primary(self) -> None:
         """Sweep now when this runjobs' Redis is another server, lost its data, or is back."""
         try:
-            primary = read_primary(self.store.connection)
-            changed, _ = note_primary(self.store.connection, primary)
+            primary = read_primary(self.store)
+            changed, _ = note_primary(self.store, primary)
         except RedisError:
             self.reachable = False
             raise

@@ -29,7 +29,7 @@ from django_jobs.conf import jobs_settings
 from django_jobs.core import execution, tracing
 from django_jobs.core.outcomes import AttemptEnded
 from django_jobs.flow.pausing import Held, Plan
-from django_jobs.store import Claimed, Finished, Store, wake_key
+from django_jobs.store import Claimed, Finished, Store
 from django_jobs.telemetry import history, stats
 from django_jobs.worker import protocol, rerun
 from django_jobs.worker.batching import Pace, split
@@ -84,7 +84,7 @@ class Served:
     def of(cls, server: Server, on_change: Callable[[bool], None] | None = None) -> Served:
         """A server as a work process serves it; the registry must be complete (Django set up).
         ``on_change(up)``: hears when the server stops or starts answering again."""
-        store = Store.of(server.connection)
+        store = Store.of(server.connection, server.keys)
         return cls(store, Reach(server, on_change), Held(store, server.queues))
 
     def unpaused(self) -> list[str]:
@@ -423,6 +423,6 @@ class WorkProcess:
             time.sleep(min(soonest_retry([one.reach]), IDLE_WAIT))
             return
         try:
-            one.store.connection.blpop([wake_key(q) for q in queues], timeout=IDLE_WAIT)
+            one.store.connection.blpop([one.store.keys.wake(q) for q in queues], timeout=IDLE_WAIT)
         except RedisError as exc:
             one.reach.failed(exc)

@@ -29,7 +29,7 @@ from redis import Redis
 from redis.connection import Connection
 from redis.exceptions import RedisError, TimeoutError
 
-from django_jobs.store import wake_key
+from django_jobs.store.keys import STANDALONE, Keyspace
 from django_jobs.telemetry.logs import server_name
 
 logger = logging.getLogger("django_jobs.worker")
@@ -50,11 +50,12 @@ IDLE_GRACE = 1.0
 @dataclass(frozen=True)
 class Server:
     """One Redis server ``runjobs`` serves: its queues (in the order given), the client its work uses,
-    and the client of its probes (short timeouts)."""
+    the client of its probes (short timeouts), and the namespace its queues' keys are in."""
 
     queues: tuple[str, ...]
     connection: Redis
     probe: Redis
+    keys: Keyspace = STANDALONE
 
     @property
     def name(self) -> str:
@@ -157,7 +158,7 @@ def _blpop(reach: Reach) -> Connection | None:
     except RedisError as exc:
         reach.failed(exc)
         return None
-    wakes = [wake_key(queue) for queue in reach.server.queues]
+    wakes = [reach.server.keys.wake(queue) for queue in reach.server.queues]
     try:
         connection.send_command("BLPOP", *wakes, IDLE_WAIT)  # type: ignore[no-untyped-call]
     except RedisError as exc:

@@ -13,62 +13,45 @@ import logging
 import time
 from collections.abc import Sequence
 
-from redis import Redis
 from redis.exceptions import ResponseError
 
 from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter
-from django_jobs.store import (
-    DYING,
-    LEASES,
-    LOST,
-    QUEUES_SET,
-    VANISHED,
-    Store,
-    keys,
-    queue_key,
-    scheduled_key,
-    wake_key,
-    wip_key,
-)
+from django_jobs.store import Store, keys
+from django_jobs.store.keys import Keyspace
 
 logger = logging.getLogger("django_jobs.worker")
 
-#: The type each structure must have; "none" (absent) is always fine.
-GLOBAL = {
-    LEASES: "zset",
-    LOST: "zset",
-    DYING: "zset",
-    VANISHED: "zset",
-    QUEUES_SET: "set",
-    keys.PAUSED: "hash",
-    keys.PARKED: "set",
-}
 
-
-def expected_types(queues: Sequence[str]) -> dict[str, str]:
-    """Every structure key of these queues and the shared ones, with the type it must have."""
-    types = dict(GLOBAL)
+def expected_types(space: Keyspace, queues: Sequence[str]) -> dict[str, str]:
+    """Every structure key of these queues and the namespace's own, with the type it must have;
+    "none" (absent) is always fine."""
+    types = {
+        space.leases: "zset",
+        space.lost: "zset",
+        space.dying: "zset",
+        space.vanished: "zset",
+        space.queues_set: "set",
+        space.paused: "hash",
+        space.parked_lists: "set",
+    }
     for queue in queues:
-        types |= {
-            queue_key(queue): "list",
-            wake_key(queue): "list",
-            scheduled_key(queue): "zset",
-            wip_key(queue): "zset",
-        }
-        types |= dict.fromkeys([*keys.priority_keys(queue), keys.parked_index(queue)], "zset")
+        layout = space.layout(queue)
+        types |= {layout.list: "list", layout.wake: "list", layout.scheduled: "zset", layout.wip: "zset"}
+        types |= dict.fromkeys([layout.high, layout.low, layout.lines], "zset")
     return types
 
 
-def wrong_types(connection: Redis, queues: Sequence[str]) -> dict[str, tuple[str, str]]:
+def wrong_types(store: Store, queues: Sequence[str]) -> dict[str, tuple[str, str]]:
     """The structure keys whose type is wrong, with (the type they have, the one they need): those of
     ``expected_types`` and the parked lists of these queues that the set of parked lists names."""
-    expected = expected_types(queues)
+    connection, space = store.connection, store.keys
+    expected = expected_types(space, queues)
     try:
-        parked = Store.of(connection).parked_lists()
+        parked = store.parked_lists()
     except ResponseError:  # that set is itself of the wrong type: it is in ``expected``
         parked = []
-    expected |= {keys.parked_key(queue, name): "list" for queue, name in parked if queue in queues}
+    expected |= {space.parked(queue, name): "list" for queue, name in parked if queue in queues}
     with connection.pipeline(transaction=False) as pipe:
         for key in expected:
             pipe.type(key)
@@ -80,15 +63,15 @@ def wrong_types(connection: Redis, queues: Sequence[str]) -> dict[str, tuple[str
     }
 
 
-def quarantine_wrong_types(connection: Redis, queues: Sequence[str]) -> int:
+def quarantine_wrong_types(store: Store, queues: Sequence[str]) -> int:
     """Move every structure key of the wrong type aside and record it; returns how many."""
-    wrong = wrong_types(connection, queues)
+    wrong = wrong_types(store, queues)
     for key, (kind, want) in wrong.items():
-        _quarantine_key(connection, key, kind, want)
+        _quarantine_key(store, key, kind, want)
     return len(wrong)
 
 
-def _quarantine_key(connection: Redis, key: str, kind: str, want: str) -> None:
+def _quarantine_key(store: Store, key: str, kind: str, want: str) -> None:
     """Record the key as a dead letter first (so a database outage leaves it for the next pass),
     then move it aside."""
     moved = keys.quarantine_key(key, time.time())
@@ -105,4 +88,4 @@ def _quarantine_key(connection: Redis, key: str, kind: str, want: str) -> None:
     )
     fields = {"moved_to": moved.encode(), "type": kind.encode()}
     deadletter.quarantine(failure, fields, source="redis key", member=key.encode())
-    Store.of(connection).move_aside(key, moved, kind)
+    store.move_aside(key, moved, kind)

@@ -115,7 +115,7 @@ class Supervisor:
         self.shard_of = {queue: shard for shard in self.shards for queue in shard.queues}
 
     def _shard(self, server: Server, lead: bool) -> Shard:
-        store = Store.of(server.connection)
+        store = Store.of(server.connection, server.keys)
         maintenance = Maintenance(store, server.queues, jobs_settings.MAINTENANCE_INTERVAL, lead=lead)
         maintenance.ledger.on_change = self.window.open
         heartbeat = Heartbeat(store, self.guard, jobs_settings.LEASE_SECONDS)

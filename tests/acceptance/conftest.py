@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from django_jobs.store import Store
 from django_jobs.store.audit import audit
 from tests.acceptance.packaging import build_wheel
 from tests.chaos import RedisServer
@@ -44,7 +45,7 @@ def _audit(request: pytest.FixtureRequest, url: str) -> None:
         process.kill_tree()
     client = redis.Redis.from_url(url)
     try:
-        found = audit(client)
+        found = audit(Store.of(client))
     finally:
         client.close()
     assert found.ok, f"the auditor found in {url}:\n" + "\n".join(str(problem) for problem in found.problems)

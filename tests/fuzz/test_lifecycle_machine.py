@@ -649,7 +649,7 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     @invariant()
     def audited(self) -> None:
-        found = audit(self.client, QUEUES)
+        found = audit(Store.of(self.client), QUEUES)
         assert found.ok, f"the auditor found: {found.problems}"
 
 

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from django_jobs.client.enqueue import build
 from django_jobs.models import DeadLetter, OutboxEntry
 from django_jobs.store import surrogate_id, valid_job_id
+from django_jobs.store.keys import STANDALONE
 from django_jobs.worker.structure import expected_types
 from tests.conftest import wait_for
 from tests.testapp.models import SideEffect
@@ -116,7 +117,7 @@ class Round:
         so the plant adds garbage beside the valid jobs' data instead of destroying it."""
         if not self.client.set(key, raw, nx=True):
             return
-        want = expected_types(["default", "emails"])[key]
+        want = expected_types(STANDALONE, ["default", "emails"])[key]
         self.planted.append(
             Planted(f"{key} as a string", lambda: self.client.type(key).decode() in (want, "none"))
         )
@@ -177,7 +178,7 @@ def _printable(raw: bytes) -> str:
     return raw.decode("utf-8", "replace").replace("\x00", "")
 
 
-STRUCTURES = sorted(expected_types(["default", "emails"]))
+STRUCTURES = sorted(expected_types(STANDALONE, ["default", "emails"]))
 
 plant = st.one_of(
     st.builds(lambda key, raw: ("wrong_type_key", (key, raw)), st.sampled_from(STRUCTURES), garbage),

@@ -14,6 +14,7 @@ import pytest
 
 from django_jobs import CancelResult, cancel
 from django_jobs.models import DeadLetter
+from django_jobs.store import Store
 from django_jobs.store.audit import audit
 from tests.conftest import wait_for
 from tests.testapp import jobs
@@ -53,7 +54,7 @@ def work_processes(supervisor: int) -> list[int]:
 
 
 def audited(redis_db) -> None:
-    found = audit(redis_db)
+    found = audit(Store.of(redis_db))
     assert found.ok, "\n".join(str(problem) for problem in found.problems)
 
 

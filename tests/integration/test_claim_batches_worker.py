@@ -13,7 +13,7 @@ import time
 import pytest
 
 from django_jobs import pause, resume
-from django_jobs.store import LEASES, LOST, job_key
+from django_jobs.store import LEASES, LOST, Store, job_key
 from django_jobs.store.audit import audit
 from django_jobs.store.lifecycle import F, State, Status
 from django_jobs.store.read import where
@@ -35,7 +35,7 @@ FINISHED = Status.FINISHED.value.encode()
 
 
 def audited(redis_db) -> None:
-    found = audit(redis_db)
+    found = audit(Store.of(redis_db))
     assert found.ok, "\n".join(str(problem) for problem in found.problems)
 
 
@@ -72,7 +72,9 @@ def lined_up(runjobs, redis_db, stalled):
         stalled()
         behind = {f"b{n}": jobs.step.enqueue(f"b{n}").id for n in range(5)}
     wait_for(lambda: steps("stall"))
-    leased = [key for key, job_id in behind.items() if where(redis_db, job_id).state is State.RUNNING]
+    leased = [
+        key for key, job_id in behind.items() if where(Store.of(redis_db), job_id).state is State.RUNNING
+    ]
     assert leased and not any(steps(key) for key in leased), "no batch held jobs behind the stall"
     return worker
 

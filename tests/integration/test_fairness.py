@@ -70,7 +70,7 @@ def test_a_job_over_its_keys_limit_is_parked_in_order_while_other_keys_run(redis
     parked = get_job(a[2])
     assert (parked.status, parked.attempts, parked.parked, parked.limit_key) == ("queued", 0, True, "A")
     assert not get_job(b[0]).parked
-    (state,) = inspect.read(redis_db, ["default"], dt.datetime.now(dt.UTC)).queues
+    (state,) = inspect.read(Store.of(redis_db), ["default"], dt.datetime.now(dt.UTC)).queues
     assert (state.depth, state.parked, state.parked_is_estimate) == (0, 3, False)
     assert gauges()[("django_jobs_parked_jobs", frozenset({("queue", "default")}))] == 3
     assert next(q for q in overview.snapshot().queues if q.name == "default").parked == 3
@@ -96,7 +96,7 @@ def test_past_the_lines_it_counts_the_parked_count_is_a_lower_bound(redis_db, mo
         enqueue(account, "first", "second", "third")
     store_ = Store(redis_db)
     assert claim(store_, "1") is not None and claim(store_, "2") is not None and claim(store_, "3") is None
-    (state,) = inspect.read(redis_db, ["default"], dt.datetime.now(dt.UTC)).queues
+    (state,) = inspect.read(Store.of(redis_db), ["default"], dt.datetime.now(dt.UTC)).queues
     assert (state.parked, state.parked_is_estimate) == (2, True)  # one line of two counted
 
 

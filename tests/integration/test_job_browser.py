@@ -58,7 +58,7 @@ def test_a_page_reads_one_slice_across_the_ready_structures(redis_db):
     low = [jobs.record.options(priority=-1).enqueue(f"l{n}").id for n in range(3)]
     everything = high + plain + low
     for start, count in ((0, 5), (2, 4), (998, 10), (1004, 50), (5000, 10)):
-        page = browse.page(redis_db, "default", Listing.READY, start, count)
+        page = browse.page(Store.of(redis_db), "default", Listing.READY, start, count)
         assert [where.id for where in page.jobs] == everything[start : start + count]
         assert page.total == 1006
 

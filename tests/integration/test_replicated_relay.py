@@ -80,7 +80,9 @@ def test_rows_already_pushed_do_not_hold_back_a_row_whose_push_was_missed(redis_
     work = maintenance(redis_db)
     work.relay.run(batch=2)
     work.relay.run(batch=2)  # the oldest rows, each pushed once, are not read again
-    assert set(OutboxEntry.objects.values_list("pushed_to", flat=True)) == {read_primary(redis_db).run_id}
+    assert set(OutboxEntry.objects.values_list("pushed_to", flat=True)) == {
+        read_primary(Store.of(redis_db)).run_id
+    }
     missed = jobs.record.enqueue("missed")  # as if its push had not happened
     redis_db.delete(keys.job_key(missed.id))
     redis_db.lrem(keys.queue_key("default"), 0, missed.id)
@@ -109,7 +111,7 @@ def test_a_new_primary_gets_the_rows_again(redis_db):
     redis_db.lrem(keys.queue_key("default"), 0, handle.id)
     work.relay.run()
     assert queued(redis_db) == [handle.id]
-    assert OutboxEntry.objects.get().pushed_to == read_primary(redis_db).run_id
+    assert OutboxEntry.objects.get().pushed_to == read_primary(Store.of(redis_db)).run_id
     assert run_jobs() == 1
 
 

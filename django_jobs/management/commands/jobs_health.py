@@ -19,7 +19,7 @@ from django_jobs.ops import durability
 from django_jobs.ops.collectors import dead_letter_counts, open_dead_letters
 from django_jobs.ops.eviction import eviction_policy
 from django_jobs.ops.inspection import QueueState, WorkerState, read_all
-from django_jobs.store import audit
+from django_jobs.store import Store, audit
 from django_jobs.store.replication import Primary
 
 CHECKS = (
@@ -123,7 +123,7 @@ class Command(BaseCommand):
         for names, connection in server_connections(queues):
             shown = ", ".join(names)
             try:
-                result = audit.audit(connection, names, budget=budget)
+                result = audit.audit(Store.of(connection), names, budget=budget)
             except RedisError as exc:
                 raise CommandError(f"audit: {shown}: Redis did not answer: {exc}", returncode=2) from exc
             for problem in result.problems:

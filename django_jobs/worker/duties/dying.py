@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter
-from django_jobs.store import DYING
 from django_jobs.store.lifecycle import F
 from django_jobs.worker.duties.base import Duty, Scope, Vanished
 from django_jobs.worker.duties.items import Items, dying_age, job_id
@@ -20,8 +19,9 @@ class Dying(Duty):
         self.items = Items(scope)
 
     def run(self) -> None:
-        for member in self.scope.store.dying(older_than=dying_age()):
-            self.items.handle(DYING, member, self._bury)
+        store = self.scope.store
+        for member in store.dying(older_than=dying_age()):
+            self.items.handle(store.keys.dying, member, self._bury)
 
     def _bury(self, member: bytes) -> None:
         store = self.scope.store

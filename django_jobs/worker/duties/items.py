@@ -11,7 +11,7 @@ from functools import partial
 from django_jobs.conf import jobs_settings
 from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter
-from django_jobs.store import DYING, LOST, to_text, valid_job_id
+from django_jobs.store import to_text, valid_job_id
 from django_jobs.worker.duties.base import Scope, Unreadable, exc_path, guarded, transient
 
 logger = logging.getLogger("django_jobs.worker")
@@ -25,9 +25,9 @@ def dying_age() -> float:
     return 3 * jobs_settings.LEASE_SECONDS
 
 
-def raw_id(key: str, member: bytes) -> bytes:
-    """The job id inside a member of LOST (``<id>:<nonce>``) or DYING (the id itself)."""
-    return member.rpartition(b":")[0] if key == LOST else member
+def raw_id(member: bytes, token: bool) -> bytes:
+    """The job id inside a member of LOST (a ``token``: ``<id>:<nonce>``) or DYING (the id itself)."""
+    return member.rpartition(b":")[0] if token else member
 
 
 def decoded(raw: bytes, what: str) -> str:
@@ -45,18 +45,17 @@ def job_id(raw: bytes) -> str:
     return text
 
 
-def _retry_after(key: str) -> float:
-    """The score offset that brings a failed item back in ``RETRY_SECONDS``, behind the others.
-
-    A DYING member is looked at only once it is older than :func:`dying_age`."""
-    return RETRY_SECONDS - (dying_age() if key == DYING else 0.0)
-
-
 class Items:
     """Handles members of one of the sets for the duties of ``scope``."""
 
     def __init__(self, scope: Scope) -> None:
         self.scope, self.store, self.strikes = scope, scope.store, scope.strikes
+
+    def _retry_after(self, key: str) -> float:
+        """The score offset that brings a failed item back in ``RETRY_SECONDS``, behind the others.
+
+        A DYING member is looked at only once it is older than :func:`dying_age`."""
+        return RETRY_SECONDS - (dying_age() if key == self.store.keys.dying else 0.0)
 
     def handle(self, key: str, member: bytes, handle: Callable[[bytes], None]) -> None:
         """Handle one member so that, whatever it holds, it neither stops the scan nor stays at its head."""
@@ -77,7 +76,7 @@ class Items:
             logger.warning(
                 "%s item %r kept for later (%s)", key, member[:200], exc, exc_info=not transient(exc)
             )
-            guarded(f"deferring {key} item", partial(self.store.defer, key, member, _retry_after(key)))
+            guarded(f"deferring {key} item", partial(self.store.defer, key, member, self._retry_after(key)))
 
     def _failed(self, key: str, member: bytes, exc: Exception) -> None:
         """A service down: retry later. The same failure twice: the item itself is the problem."""
@@ -92,11 +91,11 @@ class Items:
             exc,
             exc_info=not transient(exc),
         )
-        self.store.defer(key, member, _retry_after(key))
+        self.store.defer(key, member, self._retry_after(key))
 
     def _quarantine(self, key: str, member: bytes, exc: Exception) -> None:
         """Write the item's dead letter (reason from ``exc``), then remove it from ``key``."""
-        raw = raw_id(key, member)
+        raw = raw_id(member, token=key == self.store.keys.lost)
         record = self.store.record(raw)
         failure = deadletter.Failure(
             job_id=to_text(raw or member),  # an id that breaks the rule is filed under a surrogate

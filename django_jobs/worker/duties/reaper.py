@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django_jobs.core import execution, outcomes, registry
 from django_jobs.exceptions import WorkerLost
-from django_jobs.store import LOST, Claimed
+from django_jobs.store import Claimed
 from django_jobs.worker.duties.base import Duty, Scope, Unreadable, Vanished
 from django_jobs.worker.duties.items import Items, decoded, job_id, raw_id
 
@@ -25,11 +25,11 @@ class Reaper(Duty):
         store = self.scope.store
         store.maintain(self.scope.queues, self.limits)
         for token in store.lost_tokens():
-            self.items.handle(LOST, token, self._settle_lost)
+            self.items.handle(store.keys.lost, token, self._settle_lost)
 
     def _settle_lost(self, member: bytes) -> None:
         store = self.scope.store
-        job = job_id(raw_id(LOST, member))
+        job = job_id(raw_id(member, token=True))
         token = decoded(member, "lease token")
         record = store.record(job)
         if record.readable and not record.exists:
@@ -38,7 +38,7 @@ class Reaper(Duty):
             raise Unreadable(f"The job hash names no queue: {record.problem or 'no origin field'}")
         queue = decoded(record.fields["origin"], "queue name in the job hash")
         if queue not in self.scope.queues:
-            store.defer(LOST, member, FOREIGN_AFTER)  # the runjobs serving that queue settles it
+            store.defer(store.keys.lost, member, FOREIGN_AFTER)  # the runjobs serving that queue settles it
             return
         claimed = Claimed(queue, job, token, record)
         lost = WorkerLost("The worker running this job died: its lease expired unrenewed.")

@@ -72,7 +72,7 @@ class Relay(Duty):
     def _read_primary(self) -> Primary | None:
         """This server's identity; None while it does not answer (its pushes fail and pause it)."""
         try:
-            return read_primary(self.scope.store.connection)
+            return read_primary(self.scope.store)
         except RedisError:
             return None
 
@@ -127,7 +127,7 @@ class Relay(Duty):
         if self.primary.replicas < wanted:
             self._warn_unconfirmed(alias, rows.count(), wanted)
             return
-        if confirm(self.scope.store.connection, wanted, jobs_settings.REPLICA_TIMEOUT) >= wanted:
+        if confirm(self.scope.store, wanted, jobs_settings.REPLICA_TIMEOUT) >= wanted:
             for start in range(0, len(ids), 900):  # under SQLite's older 999-parameter limit
                 OutboxEntry.objects.using(alias).filter(pk__in=ids[start : start + 900]).delete()
 

@@ -12,4 +12,4 @@ class Structures(Duty):
     every = 1.0
 
     def run(self) -> None:
-        structure.quarantine_wrong_types(self.scope.store.connection, self.scope.queues)
+        structure.quarantine_wrong_types(self.scope.store, self.scope.queues)

@@ -7,7 +7,7 @@ from functools import partial
 
 from django_jobs.failures import deadletter
 from django_jobs.models import DeadLetter
-from django_jobs.store import VANISHED, VanishedId
+from django_jobs.store import VanishedId
 from django_jobs.telemetry import metrics
 from django_jobs.worker.duties.base import Duty, Scope
 from django_jobs.worker.duties.items import Items
@@ -24,8 +24,9 @@ class Vanishing(Duty):
         self.items = Items(scope)
 
     def run(self) -> None:
-        for item in self.scope.store.vanished():  # one that fails waits behind the others
-            self.items.or_defer(VANISHED, item.member, partial(self._record, item))
+        store = self.scope.store
+        for item in store.vanished():  # one that fails waits behind the others
+            self.items.or_defer(store.keys.vanished, item.member, partial(self._record, item))
 
     def _record(self, item: VanishedId) -> None:
         message = (

@@ -31,7 +31,7 @@ def claim(store: Store, nonce: str) -> Claimed:
 
 
 def kinds(connection: redis.Redis) -> set[tuple[str, str]]:
-    return {(p.kind, p.job_id) for p in audit(connection).problems}
+    return {(p.kind, p.job_id) for p in audit(Store.of(connection)).problems}
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def lived(redis_db: redis.Redis) -> dict[str, str]:
 
 
 def test_real_jobs_in_every_state_audit_clean(redis_db, lived):
-    result = audit(redis_db)
+    result = audit(Store.of(redis_db))
     assert result.problems == [] and result.ok and result.complete
 
 
@@ -108,11 +108,11 @@ def test_a_line_flag_without_a_line_entry_is_named(redis_db, lived):
 
 
 def test_a_budget_too_small_says_the_look_was_cut_short(redis_db, lived):
-    assert not audit(redis_db, budget=3).complete
+    assert not audit(Store.of(redis_db), budget=3).complete
 
 
 def test_the_read_model_names_each_jobs_state(redis_db, lived):
-    found = read.locate(redis_db, list(lived.values()))
+    found = read.locate(Store.of(redis_db), list(lived.values()))
     states = {name: found[job_id].state for name, job_id in lived.items()}
     assert states == {
         "done": State.FINISHED,

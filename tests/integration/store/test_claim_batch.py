@@ -39,9 +39,9 @@ def test_a_batch_leases_what_single_claims_would_in_their_order(redis_db):
     expected = [ids[4], ids[1], ids[6], ids[0], ids[2]]  # priority first, enqueue order within one
     assert [c.id for c in got.leased] == expected
     assert all(c.attempt == 1 and c.token == f"{c.id}:b" for c in got.leased)
-    assert {where(store.connection, i).state for i in expected} == {State.RUNNING}
+    assert {where(store, i).state for i in expected} == {State.RUNNING}
     assert [single(store, f"s{n}") for n in range(3)] == [ids[5], ids[3], None]
-    assert audit(store.connection).ok
+    assert audit(store).ok
 
 
 def test_an_idle_queue_hands_out_the_one_job_it_has_at_once(redis_db):
@@ -60,12 +60,12 @@ def test_a_claim_completes_several_jobs_and_leases_the_next_batch_in_one_round_t
     second = batch(store, "c", 3, done=done[0], also=tuple(done[1:]))
     assert second.finished == 3 and len(second.leased) == 3
     for c in first:
-        assert where(store.connection, c.id).state is State.FINISHED
+        assert where(store, c.id).state is State.FINISHED
     assert redis_db.hget(f"rq:job:{first[0].id}", F.RESULT) is not None
     assert redis_db.zcard(LEASES) == 3
     gone = Finished(first[1].token, first[1].queue)  # its lease is no longer held: not counted again
     assert batch(store, "d", 1, also=(gone,)).finished == 0
-    assert audit(store.connection).ok
+    assert audit(store).ok
 
 
 def test_each_job_of_a_batch_meets_the_gates(redis_db):
@@ -78,9 +78,9 @@ def test_each_job_of_a_batch_meets_the_gates(redis_db):
     assert [c.id for c in got.leased] == [limited[0], plain]  # the other two wait their turn, unspent
     assert [c.id for c in got.expired] == [stale]
     for other in limited[1:]:
-        assert where(store.connection, other).state is State.SCHEDULED
+        assert where(store, other).state is State.SCHEDULED
         assert redis_db.hget(f"rq:job:{other}", F.ATTEMPT) in (None, b"0")
-    assert audit(store.connection).ok
+    assert audit(store).ok
 
 
 def test_a_batch_ends_after_a_job_of_a_key(redis_db):

@@ -73,11 +73,11 @@ def test_a_job_a_gate_stops_is_in_a_state_its_row_names(gate, redis_db):
     store = Store.of(redis_db)
     job_id, paused = SETUPS[gate.name](store)
     assert _claim(store, "stopped", paused) is None
-    assert read.where(redis_db, job_id).state in gate.stops
+    assert read.where(Store.of(redis_db), job_id).state in gate.stops
 
 
 def test_a_job_every_gate_lets_pass_is_leased(redis_db):
     store = Store.of(redis_db)
     job_id = jobs.limited.options(expires=60).enqueue("plain", 0).id
     assert _claim(store, "n") == job_id
-    assert read.where(redis_db, job_id).state is State.RUNNING
+    assert read.where(Store.of(redis_db), job_id).state is State.RUNNING
