@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests.chaos import RedisServer
@@ -56,3 +58,14 @@ class LocalCluster:
     def close(self) -> None:
         for node in self.nodes:
             node.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A fresh cluster of three primaries and three replicas, stopped after the test."""
+    made = LocalCluster(tmp_path / "cluster")
+    try:
+        made.start()
+        yield made
+    finally:
+        made.close()

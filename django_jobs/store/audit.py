@@ -85,7 +85,7 @@ class _Reader:
     """Paged, budgeted, pipelined reads; a key of the wrong type is noted and read as empty."""
 
     def __init__(self, store: Part, budget: int, result: Audit) -> None:
-        self.connection, self.space = store.connection, store.keys
+        self.connection, self.space = store.home(), store.keys  # every key of a namespace is there
         self.budget, self.result = budget, result
 
     def spend(self, n: int) -> bool:
@@ -129,7 +129,7 @@ def audit(store: Part, queues: Sequence[str] | None = None, *, budget: int = BUD
     queue it names)."""
     result = Audit()
     reader = _Reader(store, budget, result)
-    connection, space = store.connection, store.keys
+    connection, space = reader.connection, store.keys
     names = list(queues) if queues is not None else _queues(reader)
     held: dict[str, list[_Held]] = {}
     tokens: dict[str, list[_Held]] = {}  # wip, leases, lost: by token

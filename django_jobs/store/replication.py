@@ -84,7 +84,7 @@ class Primary:
 
 def read_primary(store: Store) -> Primary:
     """The server's identity and replication state, from ``INFO`` (one round trip)."""
-    with store.connection.pipeline(transaction=False) as pipe:
+    with store.home().pipeline(transaction=False) as pipe:
         pipe.info("server")
         pipe.info("replication")
         pipe.hmget(store.keys.primary, "changed_at", "run_id")

@@ -19,6 +19,7 @@ from typing import Any
 import hiredis
 from redis import Redis
 from redis.client import Pipeline
+from redis.cluster import RedisCluster
 from redis.commands.core import Script
 from redis.exceptions import ConnectionError, NoScriptError, TimeoutError
 
@@ -315,3 +316,12 @@ class Part:
     connection: Redis
     keys: Keyspace
     scripts: Scripts
+
+    def home(self) -> Redis:
+        """A client of the server that holds this namespace, for what only a server answers (its
+        INFO, TIME, a SCAN of its keys): the connection itself, or on a Redis Cluster the primary that
+        owns the namespace's hash slot now (looked up each time: a failover or a reshard moves it)."""
+        connection = self.connection
+        if isinstance(connection, RedisCluster):
+            return connection.get_redis_connection(connection.get_node_from_key(self.keys.leases))
+        return connection

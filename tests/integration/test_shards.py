@@ -29,7 +29,6 @@ from django_jobs.worker.maintenance import Maintenance
 from django_jobs.worker.process import DRAINED_PAUSE, Served, WorkProcess
 from django_jobs.worker.servers import wait_any
 from tests.chaos import RedisServer
-from tests.cluster import LocalCluster
 from tests.conftest import wait_for
 from tests.testapp import jobs
 from tests.testapp.models import SideEffect
@@ -219,16 +218,6 @@ def test_a_maintenance_pass_that_finds_its_redis_down_raises_so_the_server_is_se
     with pytest.raises(redis.ConnectionError):
         maintenance.tick()
     assert not maintenance.ledger.reachable  # once it answers, the ledger sweeps
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    made = LocalCluster(tmp_path)
-    try:
-        made.start()
-        yield made
-    finally:
-        made.close()
 
 
 @pytest.mark.parametrize("role", ["master", "slave"])
