@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from django_jobs.conf import jobs_settings
 from django_jobs.core.context import current
-from django_jobs.store import CancelResult, Store, valid_job_id
+from django_jobs.store import CancelResult, valid_job_id
 from django_jobs.store.lifecycle import State
 from django_jobs.telemetry import history
 
@@ -45,15 +45,14 @@ def cancel(job_id: str, *, queue: str | None = None) -> CancelResult:
     """
     # django_rq reads settings on import, and models need the app registry; ``import django_jobs``
     # must work before settings exist.
-    from django_jobs.core.connections import servers
+    from django_jobs.core.connections import stores
     from django_jobs.models import forget_ended
 
     if not isinstance(job_id, str) or not valid_job_id(job_id):
         raise ValueError(
             f"Job id {str(job_id)[:100]!r} is not valid: letters, digits, _ and -, 1 to 64 of them."
         )
-    for connection in servers(queue):
-        store = Store.of(connection)
+    for store in stores(queue):
         result = store.cancel(job_id, jobs_settings.FINISHED_TTL)
         if result is CancelResult.CANCELLED:
             forget_ended([job_id])

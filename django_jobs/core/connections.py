@@ -67,8 +67,15 @@ def by_server(queues: Sequence[str]) -> list[list[str]]:
 
 
 def server_connections(queues: Sequence[str]) -> list[tuple[list[str], Redis]]:
-    """``queues`` grouped by the Redis server they live on, each group with the web side's client."""
+    """``queues`` grouped by the Redis server they live on, each group with the web side's client:
+    for what a server answers as a whole (its eviction policy, its cluster mode)."""
     return [(names, get_connection(names[0])) for names in by_server(queues)]
+
+
+def server_stores(queues: Sequence[str]) -> list[tuple[list[str], Store]]:
+    """``queues`` grouped by where they live, each group with its store: for reading or changing
+    their jobs and pauses."""
+    return [(names, store_of(names[0])) for names in by_server(queues)]
 
 
 def queues_on(queue: str) -> list[str]:
@@ -112,18 +119,14 @@ def store_of(queue: str) -> Store:
     return Store.of(get_connection(queue))
 
 
-def servers(queue: str | None = None) -> Iterator[Redis]:
-    """The connection of ``queue``'s Redis or, without a queue, one per Redis server that the
-    configured queues live on: where to look for a job known only by its id."""
+def stores(queue: str | None = None) -> Iterator[Store]:
+    """The store of ``queue`` or, without a queue, one per place the configured queues live: where
+    to look for a job known only by its id."""
     if queue is not None:
-        yield get_connection(queue)
+        yield store_of(queue)
         return
-    seen: set[str] = set()
-    for name in queue_configs():
-        identity = connection_identity(name)
-        if identity not in seen:
-            seen.add(identity)
-            yield get_connection(name)
+    for names in by_server(list(queue_configs())):
+        yield store_of(names[0])
 
 
 def cluster_mode(connection: Redis) -> bool:

@@ -146,11 +146,11 @@ def _error(entry: dict[str, Any]) -> JobError:
 
 
 def _stores(queue: str | None) -> Iterator[Store]:
-    """The store of ``queue``, or of every Redis server the configured queues live on."""
+    """The store of ``queue``, or of every place the configured queues live."""
     # django_rq reads settings on import; ``import django_jobs`` must work before settings exist.
-    from django_jobs.core.connections import servers
+    from django_jobs.core.connections import stores
 
-    return (Store.of(connection) for connection in servers(queue))
+    return stores(queue)
 
 
 def statuses(queues: Mapping[str, str]) -> dict[str, str | None]:

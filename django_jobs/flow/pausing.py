@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from redis.exceptions import RedisError
 
 from django_jobs.core import audit, registry
-from django_jobs.core.connections import connection_identity, queue_configs, server_connections
+from django_jobs.core.connections import connection_identity, queue_configs, server_stores
 from django_jobs.exceptions import JobNotFound
 from django_jobs.store import Pause, Store
 
@@ -108,8 +108,8 @@ def paused() -> list[Pause]:
     """What is paused, on every Redis server of ``RQ_QUEUES``: job types, then queues, each by name.
     A job type is paused on each server; it is listed once, with its first pause."""
     found: dict[tuple[str, str], Pause] = {}
-    for _, connection in server_connections(list(queue_configs())):
-        for one in Store.of(connection).pauses():
+    for _, store in server_stores(list(queue_configs())):
+        for one in store.pauses():
             known = found.get((one.kind, one.name))
             if known is None or (one.at or 0.0) < (known.at or 0.0):
                 found[one.kind, one.name] = one
@@ -143,7 +143,7 @@ def _stores(kind: str, name: str) -> list[tuple[Store, list[str]]]:
     """Where the pause lives, with the configured queues of each server: the queue's Redis, or for a
     job type every server (its jobs may be enqueued on any queue)."""
     queues = [name] if kind == "queue" else list(queue_configs())
-    return [(Store.of(connection), names) for names, connection in server_connections(queues)]
+    return [(store, names) for names, store in server_stores(queues)]
 
 
 def _unpark(store: Store, name: str, queues: Iterable[str]) -> int:

@@ -16,10 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from redis import Redis
-
 from django_jobs.core import payload, registry, results
-from django_jobs.core.connections import queue_configs, server_connections
+from django_jobs.core.connections import queue_configs, server_stores
 from django_jobs.exceptions import JobNotFound, PayloadError
 from django_jobs.models import DeadLetter, OutboxEntry, outbox_aliases
 from django_jobs.store import Store, browse
@@ -54,8 +52,8 @@ def check(queues: Sequence[str] | None = None, batch: int = BATCH) -> Checked:
     names = list(queues or queue_configs())
     checked = Checked()
     seen: set[str] = set()  # a "ledger" job is in Redis and in the outbox: checked once
-    for server_queues, connection in server_connections(names):
-        for job_id, data in _redis_jobs(connection, server_queues, batch):
+    for server_queues, store in server_stores(names):
+        for job_id, data in _redis_jobs(store, server_queues, batch):
             seen.add(job_id)
             _check(checked, job_id, data)
     for alias in outbox_aliases():
@@ -79,9 +77,8 @@ def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
-def _redis_jobs(connection: Redis, queues: Sequence[str], batch: int) -> Iterator[tuple[str, bytes]]:
+def _redis_jobs(store: Store, queues: Sequence[str], batch: int) -> Iterator[tuple[str, bytes]]:
     """(id, payload) of every waiting or running job of ``queues``."""
-    store = Store.of(connection)
     for queue in queues:
         for listing in WAITING:
             start, total = 0, 1
@@ -89,7 +86,7 @@ def _redis_jobs(connection: Redis, queues: Sequence[str], batch: int) -> Iterato
                 job_ids, total = browse.ids(store, queue, listing, start, batch)
                 start += batch
                 if job_ids:
-                    with connection.pipeline(transaction=False) as pipe:
+                    with store.connection.pipeline(transaction=False) as pipe:
                         for job_id in job_ids:
                             pipe.hget(store.keys.job(job_id), F.DATA)
                         found = pipe.execute(raise_on_error=False)

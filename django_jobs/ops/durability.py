@@ -14,9 +14,8 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_jobs.conf import LEDGER, jobs_settings
-from django_jobs.core.connections import queue_configs, server_connections
+from django_jobs.core.connections import queue_configs, server_stores
 from django_jobs.models import OutboxEntry, outbox_aliases
-from django_jobs.store import Store
 from django_jobs.store.replication import Primary, read_primary
 
 
@@ -57,9 +56,9 @@ def ledger() -> list[LedgerState]:
 def replication(queues: Sequence[str]) -> list[tuple[list[str], Primary | RedisError]]:
     """Each Redis server's primary state, with the queues on it; the error of one that is down."""
     found: list[tuple[list[str], Primary | RedisError]] = []
-    for names, connection in server_connections(queues):
+    for names, store in server_stores(queues):
         try:
-            found.append((names, read_primary(Store.of(connection))))
+            found.append((names, read_primary(store)))
         except RedisError as exc:
             found.append((names, exc))
     return found

@@ -23,7 +23,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import RedisError
 
-from django_jobs.core.connections import server_connections
+from django_jobs.core.connections import server_stores
 from django_jobs.store import Pause, Status, Store, keys, load, parse_rq_timestamp
 from django_jobs.store.keys import Keyspace
 from django_jobs.store.lifecycle import F, foreign_worker
@@ -115,13 +115,13 @@ def read_all(
 ) -> Iterator[tuple[list[str], Redis, ServerState | RedisError]]:
     """:func:`read` of each server behind ``queues``; a server that does not answer yields its error."""
     now = now or dt.datetime.now(dt.UTC)
-    for names, connection in server_connections(queues):
+    for names, store in server_stores(queues):
         state: ServerState | RedisError
         try:
-            state = read(Store.of(connection), names, now, **options)
+            state = read(store, names, now, **options)
         except RedisError as exc:
             state = exc
-        yield names, connection, state
+        yield names, store.connection, state
 
 
 def servers(queues: Sequence[str], **options: Any) -> Iterator[ServerState]:

@@ -21,7 +21,7 @@ from django_jobs.core import connections, registry
 from django_jobs.core.results import JobState
 from django_jobs.exceptions import JobDoesNotExist, JobNotFound
 from django_jobs.models import DeadLetter, JobHistory, OutboxEntry, outbox_aliases
-from django_jobs.store import Store, read, valid_job_id
+from django_jobs.store import read, valid_job_id
 from django_jobs.store.lifecycle import F, State
 from django_jobs.store.model import Pause
 
@@ -214,16 +214,14 @@ def why(job_id: str, *, queue: str | None = None, show_key: bool = True) -> str:
     if not isinstance(job_id, str) or not valid_job_id(job_id):
         raise ValueError(f"{job_id!r} is not a job id: letters, digits, _ and -, 1 to 64 of them.")
     down: dict[str, str] = {}  # queue -> the address of its server, which did not answer
-    for names, connection in connections.server_connections(
-        [queue] if queue else list(connections.queue_configs())
-    ):
+    for names, store in connections.server_stores([queue] if queue else list(connections.queue_configs())):
         try:
-            where = read.where(Store.of(connection), job_id, names)
+            where = read.where(store, job_id, names)
         except RedisError:
-            down.update(dict.fromkeys(names, _url(connection)))
+            down.update(dict.fromkeys(names, _url(store.connection)))
             continue
         if where.record.exists:
-            seen = Seen(functools.partial(read.serving, connection), show_key)
+            seen = Seen(functools.partial(read.serving, store.connection), show_key)
             return sentence(JobState.from_record(where.record, where), where, seen)
         if where.state is State.VANISHED:
             return _SENTENCES[State.VANISHED](JobState.from_record(where.record, where), where, Seen(_nobody))

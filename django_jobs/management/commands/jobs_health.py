@@ -11,7 +11,7 @@ from django.db import DatabaseError, connections
 from redis.exceptions import RedisError
 
 from django_jobs.conf import jobs_settings
-from django_jobs.core.connections import connection_identity, queue_configs, server_connections
+from django_jobs.core.connections import connection_identity, queue_configs, server_connections, server_stores
 from django_jobs.exceptions import ConfigurationError
 from django_jobs.flow.pausing import describe, paused
 from django_jobs.management.arguments import real
@@ -19,7 +19,7 @@ from django_jobs.ops import durability
 from django_jobs.ops.collectors import dead_letter_counts, open_dead_letters
 from django_jobs.ops.eviction import eviction_policy
 from django_jobs.ops.inspection import QueueState, WorkerState, read_all
-from django_jobs.store import Store, audit
+from django_jobs.store import audit
 from django_jobs.store.replication import Primary
 
 CHECKS = (
@@ -120,10 +120,10 @@ class Command(BaseCommand):
     def _audit(self, queues: list[str], budget: int) -> None:
         """Each problem the auditor finds on the servers of ``queues``, one line each; exit 1 if any."""
         found = 0
-        for names, connection in server_connections(queues):
+        for names, store in server_stores(queues):
             shown = ", ".join(names)
             try:
-                result = audit.audit(Store.of(connection), names, budget=budget)
+                result = audit.audit(store, names, budget=budget)
             except RedisError as exc:
                 raise CommandError(f"audit: {shown}: Redis did not answer: {exc}", returncode=2) from exc
             for problem in result.problems:
