@@ -47,6 +47,7 @@ django_jobs adds what RQ lacks:
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from django_jobs.store import lifecycle as lc
 from django_jobs.store.lifecycle import QueueKeys, Structure
@@ -55,6 +56,8 @@ __all__ = ["STANDALONE", "Keyspace", "QueueKeys"]
 
 #: Queues whose keys a keyspace keeps built.
 _QUEUES_KEPT = 256
+#: What a tag may be: a job id's characters (no brace, no colon), so it can one day ride in a job id.
+_TAG = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Keyspace:
@@ -67,8 +70,8 @@ class Keyspace:
     one script however the cluster's slots move."""
 
     def __init__(self, tag: str = "") -> None:
-        if any(c in tag for c in "{}"):
-            raise ValueError(f"a keyspace's tag holds no brace, got {tag!r}")
+        if tag and not _TAG.fullmatch(tag):
+            raise ValueError(f"a keyspace's tag is letters, digits, _ and -, at most 64 of them, got {tag!r}")
         self.tag = tag
         self._brace = "{" + tag + "}" if tag else ""
         self.job_prefix = self.prefix(lc.JOB)
@@ -88,6 +91,12 @@ class Keyspace:
 
     def __repr__(self) -> str:
         return f"Keyspace({self.tag!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Keyspace) and other.tag == self.tag
+
+    def __hash__(self) -> int:
+        return hash(self.tag)  # one store per connection and namespace, however often it is asked for
 
     def name(self, structure: Structure, **parts: str) -> str:
         """The key of ``structure`` with these parts, in this namespace (a shared one: as it is)."""

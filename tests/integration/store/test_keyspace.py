@@ -50,8 +50,10 @@ def test_the_standalone_keyspace_keeps_the_tables_names_and_a_tag_prefixes_every
         assert tagged.name(structure, **parts) == expected, name
     assert STANDALONE.job("j") == "rq:job:j" and tagged.job("j") == "{orders}rq:job:j"
     assert tagged.layout("q") == tuple("{orders}" + key for key in STANDALONE.layout("q"))
-    with pytest.raises(ValueError, match="brace"):
-        Keyspace("a{b")
+    for bad in ("a{b", "a:b", "x" * 65):
+        with pytest.raises(ValueError, match="letters, digits"):
+            Keyspace(bad)
+    assert Keyspace(TAG) == tagged and len({Keyspace(TAG), tagged, STANDALONE}) == 2
 
 
 def test_the_same_run_in_the_standalone_keyspace_writes_rqs_names(redis_db):
