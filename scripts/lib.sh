@@ -42,6 +42,7 @@ apt_install() {
 # Redis on 127.0.0.1:$1, started (in-memory, no persistence) when nothing listens there.
 ensure_redis() {
   local port=$1
+  command -v redis-cli >/dev/null || apt_install redis-tools  # the cluster tests create theirs with it
   port_open "$port" && return 0
   command -v redis-server >/dev/null || apt_install redis-server
   log "starting redis-server on 127.0.0.1:$port"
